@@ -1,0 +1,152 @@
+"""The HTTP layer every stage shares: one live transport, and the recorder seam.
+
+Each unit of network work (one page fetch, one judge call, one Storage API read)
+runs inside ``recorder.session(kind, key)``, which yields the httpx transport that
+unit must use. The default :class:`LiveRecorder` yields the live transport; the
+pytest plugin and the batch command pass a cassette recorder
+(:mod:`pytest_citations.cassettes`) that replays or records one cassette per unit.
+
+Two checks live here, at the bottom of the stack, because only here do we know a
+request is really leaving the machine (a replay never reaches this layer):
+
+* a missing credential raises :class:`MissingCredentialError` naming the
+  variable — so replays need no keys;
+* direct page fetches refuse loopback, private, link-local and metadata
+  addresses after DNS resolution, on every redirect hop (SSRF protection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Literal, Protocol
+
+import httpx
+
+from pytest_citations.errors import MissingCredentialError
+
+UnitKind = Literal["page", "judge", "storage"]
+
+#: Identifies us to sites and APIs; some origins block the default httpx agent.
+USER_AGENT = "pytest-citations/0.1 (+https://pypi.org/project/pytest-citations/)"
+
+#: Request extension a client sets when a credential is absent:
+#: ``(variable, purpose)``. The live transport refuses such a request.
+MISSING_CREDENTIAL = "pytest_citations.missing_credential"
+#: Request extension set on direct page fetches: resolve the host and refuse
+#: non-public addresses before connecting.
+GUARD_ADDRESS = "pytest_citations.guard_address"
+
+
+class BlockedAddressError(httpx.ConnectError):
+    """The host resolves to an address direct mode may not reach."""
+
+
+class ResolutionError(httpx.ConnectError):
+    """The host name does not resolve (DNS failure)."""
+
+
+def is_public_address(address: str) -> bool:
+    """False for loopback, private, link-local, multicast, reserved and metadata addresses.
+
+    ``is_global`` already excludes RFC 1918, 127/8, 169.254/16 (which holds the
+    cloud metadata endpoint 169.254.169.254), ::1, fc00::/7 and fe80::/10; an
+    IPv4-mapped IPv6 address is judged by the IPv4 address it carries.
+    """
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ResolutionError(f"cannot resolve host {host!r}: {error.strerror}") from None
+    return sorted({str(info[4][0]) for info in infos})
+
+
+class LiveTransport(httpx.AsyncBaseTransport):
+    """The real network, with TLS verification on, behind the two checks above."""
+
+    def __init__(self, *, allow_private_hosts: bool = False) -> None:
+        self._inner = httpx.AsyncHTTPTransport(verify=True, retries=0)
+        self.allow_private_hosts = allow_private_hosts
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        missing = request.extensions.get(MISSING_CREDENTIAL)
+        if missing:
+            variable, purpose = missing
+            raise MissingCredentialError(variable, purpose)
+        if request.extensions.get(GUARD_ADDRESS) and not self.allow_private_hosts:
+            await self._check_host(request.url)
+        return await self._inner.handle_async_request(request)
+
+    async def _check_host(self, url: httpx.URL) -> None:
+        host = url.host
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            addresses = [str(ipaddress.ip_address(host))]
+        except ValueError:
+            addresses = await _resolve(host, port)
+        for address in addresses:
+            if not is_public_address(address):
+                raise BlockedAddressError(
+                    f"{host} resolves to {address}, a non-public address; set "
+                    "CITATIONS_ALLOW_PRIVATE_HOSTS=1 (or ini citations_allow_private_hosts "
+                    "= true) to allow it"
+                )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Recorder(Protocol):
+    """Gives each unit of network work its transport (live, or a cassette)."""
+
+    def session(
+        self, kind: UnitKind, key: Mapping[str, str]
+    ) -> _AsyncTransportContext: ...
+
+
+class _AsyncTransportContext(Protocol):
+    async def __aenter__(self) -> httpx.AsyncBaseTransport: ...
+
+    async def __aexit__(self, *exc_info: object) -> bool | None: ...
+
+
+class LiveRecorder:
+    """No cassettes: every unit goes to the network through one :class:`LiveTransport`."""
+
+    def __init__(self, *, allow_private_hosts: bool = False) -> None:
+        self.allow_private_hosts = allow_private_hosts
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[httpx.AsyncBaseTransport]:
+        transport = LiveTransport(allow_private_hosts=self.allow_private_hosts)
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
+
+    def session(self, kind: UnitKind, key: Mapping[str, str]) -> _AsyncTransportContext:
+        return self._session()
+
+
+def client_for(transport: httpx.AsyncBaseTransport, *, timeout: float) -> httpx.AsyncClient:
+    """The one way stages build a client: our agent, a timeout, redirects handled by the caller.
+
+    Redirects are never followed by httpx itself: the fetcher follows them hop by
+    hop so each hop is recorded, counted and address-checked.
+    """
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        headers={"User-Agent": USER_AGENT},
+    )
