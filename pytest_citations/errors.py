@@ -51,3 +51,7 @@ class CassetteMissingError(CassetteError):
 
 class SecretInCassetteError(CassetteError):
     """A secret value survived scrubbing; the cassette was not kept."""
+
+
+class InvalidCitationError(CitationsError, ValueError):
+    """The citation itself is malformed: an empty claim, a source that is not a string."""

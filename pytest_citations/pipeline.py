@@ -1,0 +1,348 @@
+"""The verification pipeline: fetch → passages → retrieve → judge → guard → aggregate.
+
+:class:`Verifier` owns what outlives one claim — settings, the embedder, the
+judge, the recorder and the page cache — and runs the stages for each citation.
+Each stage lives in its own module; this one only decides which stage runs next
+and turns every outcome into a :class:`CitationVerdict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_citations.aggregate import aggregate
+from pytest_citations.errors import InvalidCitationError
+from pytest_citations.guard import (
+    closest_passage,
+    containing_passage,
+    find_quote,
+    guard_judgement,
+    normalize,
+)
+from pytest_citations.models import CitationVerdict, ClaimVerdict, Label, Reason
+from pytest_citations.passages import split_passages
+from pytest_citations.settings import Settings
+from pytest_citations.transport import LiveRecorder, Recorder
+
+if TYPE_CHECKING:
+    from pytest_citations.fetch import Page, PageCache
+    from pytest_citations.judge import Judge
+    from pytest_citations.retrieval import Embedder
+
+#: Part of every judge cassette's identity: bump it when a change to passages,
+#: retrieval or the prompt changes what the judge is sent, so stale recordings
+#: are re-recorded instead of silently mismatching.
+PIPELINE_VERSION = "1"
+
+#: Confidence of a verdict a deterministic rule decided (a 404, a homepage
+#: redirect): no model was asked, and the rule does not guess.
+RULE_CONFIDENCE = 1.0
+
+
+class Verifier:
+    """Verifies claims against their cited sources with one configuration.
+
+    Reuse one Verifier for many claims: it fetches each distinct source once,
+    loads the embedding model once (on the first claim that needs it) and keeps
+    one judge client configuration. ``embedder``, ``judge`` and ``recorder`` are
+    the extension points: pass your own model, a scripted judge or a cassette
+    recorder.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | None = None,
+        judge: Judge | None = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        from pytest_citations.fetch import PageCache
+
+        self.settings = settings if settings is not None else Settings.from_env()
+        self.recorder: Recorder = recorder or LiveRecorder(
+            allow_private_hosts=self.settings.allow_private_hosts
+        )
+        self._embedder = embedder
+        self._judge = judge
+        self._pages: PageCache = PageCache()
+        # Embedding is CPU-bound and the model is shared: one encode at a time.
+        self._embed_lock = threading.Lock()
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder, built on first use so torch loads only when a ranking is needed."""
+        if self._embedder is None:
+            from pytest_citations.retrieval import default_embedder
+
+            self._embedder = default_embedder(self.settings)
+        return self._embedder
+
+    @property
+    def judge(self) -> Judge:
+        if self._judge is None:
+            from pytest_citations.judge import make_judge
+
+            self._judge = make_judge(self.settings)
+        return self._judge
+
+    def verify(
+        self,
+        claim: str,
+        sources: Sequence[str] | str,
+        *,
+        quote: str | None = None,
+        section: str | None = None,
+    ) -> ClaimVerdict:
+        """Synchronous :meth:`averify`; safe to call from inside a running event loop."""
+        coroutine = self.averify(claim, sources, quote=quote, section=section)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine)
+        return _run_in_thread(coroutine)
+
+    async def averify(
+        self,
+        claim: str,
+        sources: Sequence[str] | str,
+        *,
+        quote: str | None = None,
+        section: str | None = None,
+    ) -> ClaimVerdict:
+        """Verify one claim against each source; citations run concurrently."""
+        claim, source_list = _validate(claim, sources, quote, section)
+        verdicts = await asyncio.gather(
+            *(self.averify_citation(claim, source, quote=quote, section=section)
+              for source in source_list)
+        )
+        return ClaimVerdict(
+            claim=claim,
+            label=aggregate(verdict.label for verdict in verdicts),
+            citations=list(verdicts),
+        )
+
+    async def averify_citation(
+        self,
+        claim: str,
+        source: str,
+        *,
+        quote: str | None = None,
+        section: str | None = None,
+    ) -> CitationVerdict:
+        """One (claim, source) pair through every stage."""
+        page = await self._pages.get(source, self.settings, self.recorder)
+        base: dict[str, Any] = {
+            "url": source,
+            "final_url": page.final_url,
+            "original_status": page.original_status,
+            "rid": page.rid,
+            "quote": quote,
+            "section": section,
+        }
+        if page.label is not None:
+            return CitationVerdict(
+                **base,
+                label=page.label,
+                reason=page.reason,
+                confidence=RULE_CONFIDENCE,
+                detail=page.detail,
+            )
+
+        evidence, early = await self._evidence(claim, page, quote, section)
+        if early is not None:
+            return CitationVerdict(**base, **early)
+        return await self._judged(claim, source, quote, section, evidence, base)
+
+    async def _evidence(
+        self, claim: str, page: Page, quote: str | None, section: str | None
+    ) -> tuple[list[str], dict[str, Any] | None]:
+        """What the judge reads, or the fields of a verdict decided without it.
+
+        Quote-first (seed 003): a caller's quote is searched in the source before
+        any model; absent means fabricated. Found, the judge reads the section or
+        passage that holds it. A section without a quote is read whole.
+        Otherwise the top-k passages by embedding similarity are the evidence.
+        """
+        sections = page.sections or {}
+        passages = split_passages(page.text, self.settings.max_words)
+        if quote is not None:
+            if sections:
+                number = find_quote(quote, sections)
+                if number is not None:
+                    return [sections[number]], None
+            else:
+                found = _passage_holding(quote, passages)
+                if found is not None:
+                    return [found], None
+            near, similarity = closest_passage(quote, passages)
+            return [], {
+                "label": Label.fabricated,
+                "reason": Reason.quote_not_in_source.value,
+                "confidence": None,
+                "closest_passage": near,
+                "closest_similarity": similarity,
+            }
+        if section is not None and sections:
+            if section not in sections:
+                return [], {
+                    "label": Label.not_found,
+                    "reason": Reason.section_not_found.value,
+                    "confidence": RULE_CONFIDENCE,
+                    "detail": f"the source has no section {section!r}",
+                }
+            return [sections[section]], None
+        if not passages:
+            return [], {
+                "label": Label.not_found,
+                "reason": Reason.empty_page.value,
+                "confidence": RULE_CONFIDENCE,
+            }
+        ranked = await asyncio.to_thread(self._rank, claim, passages)
+        return ranked, None
+
+    def _rank(self, claim: str, passages: list[str]) -> list[str]:
+        from pytest_citations.retrieval import top_k
+
+        with self._embed_lock:
+            ranked = top_k(claim, passages, self.embedder, self.settings.top_k)
+        return [passage for _, passage, _ in ranked]
+
+    async def _judged(
+        self,
+        claim: str,
+        source: str,
+        quote: str | None,
+        section: str | None,
+        evidence: list[str],
+        base: dict[str, Any],
+    ) -> CitationVerdict:
+        from pytest_citations.judge import JudgeError
+        from pytest_citations.transport import client_for
+
+        judge = self.judge
+        key = {
+            "claim": claim,
+            "source": source,
+            "quote": quote or "",
+            "section": section or "",
+            "provider": judge.provider,
+            "model": judge.model,
+            "pipeline": PIPELINE_VERSION,
+        }
+        try:
+            async with (
+                self.recorder.session("judge", key) as transport,
+                client_for(transport, timeout=self.settings.timeout) as client,
+            ):
+                judgement = await judge.judge(client, claim, evidence)
+        except JudgeError as error:
+            return CitationVerdict(
+                **base,
+                label=Label.not_found,
+                reason=Reason.judge_error.value,
+                confidence=0.0,
+                needs_review=True,
+                detail=str(error),
+            )
+        label, evidence_quote, confidence, reason = guard_judgement(
+            judgement.label, judgement.evidence_quote, judgement.confidence, evidence
+        )
+        return CitationVerdict(
+            **base,
+            label=label,
+            evidence_quote=evidence_quote,
+            confidence=confidence,
+            reason=reason,
+            needs_review=confidence < self.settings.auto_accept,
+        )
+
+
+def _passage_holding(quote: str, passages: list[str]) -> str | None:
+    """The passage containing the quote; two neighbours joined when it spans a cut."""
+    index = containing_passage(quote, passages)
+    if index is not None:
+        return passages[index]
+    needle = normalize(quote)
+    for first, second in zip(passages, passages[1:], strict=False):
+        joined = f"{first} {second}"
+        if needle and needle in normalize(joined):
+            return joined
+    return None
+
+
+def _validate(
+    claim: object, sources: object, quote: object, section: object
+) -> tuple[str, list[str]]:
+    if not isinstance(claim, str) or not claim.strip():
+        raise InvalidCitationError(f"claim must be a non-empty string, got {claim!r}")
+    if isinstance(sources, str):
+        sources = [sources]  # one URL passed bare: the obvious intent
+    if not isinstance(sources, Sequence) or not all(isinstance(s, str) for s in sources):
+        raise InvalidCitationError(
+            f"sources must be a list of URLs or paths (strings), got {sources!r}"
+        )
+    for name, value in (("quote", quote), ("section", section)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidCitationError(f"{name} must be a string or None, got {value!r}")
+    return claim.strip(), [source.strip() for source in sources]
+
+
+def _run_in_thread(coroutine: Any) -> Any:
+    """Run a coroutine to completion on a private loop in a worker thread."""
+    result: dict[str, Any] = {}
+
+    def runner() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as error:  # re-raised in the caller's thread
+            result["error"] = error
+
+    thread = threading.Thread(target=runner, name="pytest-citations-verify")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+_DEFAULT_VERIFIERS: dict[Settings, Verifier] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def _default_verifier(settings: Settings | None) -> Verifier:
+    resolved = settings if settings is not None else Settings.from_env()
+    with _DEFAULT_LOCK:
+        verifier = _DEFAULT_VERIFIERS.get(resolved)
+        if verifier is None:
+            verifier = _DEFAULT_VERIFIERS[resolved] = Verifier(resolved)
+    return verifier
+
+
+def verify(
+    claim: str,
+    sources: Sequence[str] | str,
+    *,
+    quote: str | None = None,
+    section: str | None = None,
+    settings: Settings | None = None,
+) -> ClaimVerdict:
+    """Verify ``claim`` against each source; settings default to the environment."""
+    return _default_verifier(settings).verify(claim, sources, quote=quote, section=section)
+
+
+async def averify(
+    claim: str,
+    sources: Sequence[str] | str,
+    *,
+    quote: str | None = None,
+    section: str | None = None,
+    settings: Settings | None = None,
+) -> ClaimVerdict:
+    """Async twin of :func:`verify`."""
+    return await _default_verifier(settings).averify(
+        claim, sources, quote=quote, section=section
+    )
