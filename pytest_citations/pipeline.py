@@ -103,7 +103,8 @@ class Verifier:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(coroutine)
-        return _run_in_thread(coroutine)
+        verdict: ClaimVerdict = _run_in_thread(coroutine)
+        return verdict
 
     async def averify(
         self,

@@ -21,7 +21,7 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Literal, Protocol
 
 import httpx
@@ -111,13 +111,7 @@ class Recorder(Protocol):
 
     def session(
         self, kind: UnitKind, key: Mapping[str, str]
-    ) -> _AsyncTransportContext: ...
-
-
-class _AsyncTransportContext(Protocol):
-    async def __aenter__(self) -> httpx.AsyncBaseTransport: ...
-
-    async def __aexit__(self, *exc_info: object) -> bool | None: ...
+    ) -> AbstractAsyncContextManager[httpx.AsyncBaseTransport]: ...
 
 
 class LiveRecorder:
@@ -134,7 +128,9 @@ class LiveRecorder:
         finally:
             await transport.aclose()
 
-    def session(self, kind: UnitKind, key: Mapping[str, str]) -> _AsyncTransportContext:
+    def session(
+        self, kind: UnitKind, key: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[httpx.AsyncBaseTransport]:
         return self._session()
 
 
