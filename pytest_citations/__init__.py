@@ -36,7 +36,28 @@ _EXPORTS: dict[str, str] = {
     "SecretInCassetteError": "pytest_citations.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "CassetteError",
+    "CassetteMissingError",
+    "CitationVerdict",
+    "CitationsError",
+    "ClaimVerdict",
+    "ConfigurationError",
+    "InvalidCitationError",
+    "Label",
+    "MissingCredentialError",
+    "Precision",
+    "Reason",
+    "SecretInCassetteError",
+    "Settings",
+    "SourceError",
+    "UnknownProviderError",
+    "Verifier",
+    "aggregate",
+    "averify",
+    "split_passages",
+    "verify",
+]
 
 if TYPE_CHECKING:
     from pytest_citations.aggregate import Precision, aggregate

@@ -66,7 +66,7 @@ class Precision:
         return self.supported / self.reachable if self.reachable else None
 
     def lines(self) -> list[str]:
-        """The seed's two lines, e.g. ``citation_precision=0.2222 (2/9)``; ``n/a`` when undefined."""
+        """The seed's two lines, e.g. ``citation_precision=0.2222 (2/9)``; ``n/a`` if undefined."""
         return [
             _line("citation_precision", self.citation_precision, self.supported, self.total),
             _line("reachable_precision", self.reachable_precision, self.supported, self.reachable),

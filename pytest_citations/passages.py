@@ -32,7 +32,9 @@ def split_passages(text: str, max_words: int = DEFAULT_MAX_WORDS) -> list[str]:
         if not words:
             continue
         if len(words) > max_words:
-            pieces.extend(words[start : start + max_words] for start in range(0, len(words), max_words))
+            pieces.extend(
+                words[start : start + max_words] for start in range(0, len(words), max_words)
+            )
         else:
             pieces.append(words)
 

@@ -9,6 +9,7 @@ and turns every outcome into a :class:`CitationVerdict`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -117,8 +118,10 @@ class Verifier:
         """Verify one claim against each source; citations run concurrently."""
         claim, source_list = _validate(claim, sources, quote, section)
         verdicts = await asyncio.gather(
-            *(self.averify_citation(claim, source, quote=quote, section=section)
-              for source in source_list)
+            *(
+                self.averify_citation(claim, source, quote=quote, section=section)
+                for source in source_list
+            )
         )
         return ClaimVerdict(
             claim=claim,
@@ -268,7 +271,7 @@ def _passage_holding(quote: str, passages: list[str]) -> str | None:
     if index is not None:
         return passages[index]
     needle = normalize(quote)
-    for first, second in zip(passages, passages[1:], strict=False):
+    for first, second in itertools.pairwise(passages):
         joined = f"{first} {second}"
         if needle and needle in normalize(joined):
             return joined
@@ -344,6 +347,4 @@ async def averify(
     settings: Settings | None = None,
 ) -> ClaimVerdict:
     """Async twin of :func:`verify`."""
-    return await _default_verifier(settings).averify(
-        claim, sources, quote=quote, section=section
-    )
+    return await _default_verifier(settings).averify(claim, sources, quote=quote, section=section)

@@ -38,8 +38,8 @@ DEFAULT_TOP_K = 3
 #: About 200 words (``str.split()``) per passage keeps passages comparable
 #: without a tokenizer and fits all-MiniLM-L6-v2's 256-token window.
 DEFAULT_MAX_WORDS = 200
-#: Pages above this are cut (2 MiB holds any article; trafilatura needs ~3 s per MB): a citation is judged on its evidence, not on a
-#: 100 MB dump, and the cap bounds memory under a fault storm.
+#: Pages above this are cut: 2 MiB holds any article, a citation is judged on its
+#: evidence, not on a 100 MB dump, and HTML extraction costs ~3 s per MB of input.
 DEFAULT_MAX_PAGE_BYTES = 2 * 1024 * 1024
 #: Seconds per network operation; hosted judges answer within a few seconds.
 DEFAULT_TIMEOUT = 30.0

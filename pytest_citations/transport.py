@@ -74,8 +74,13 @@ async def _resolve(host: str, port: int) -> list[str]:
 class LiveTransport(httpx.AsyncBaseTransport):
     """The real network, with TLS verification on, behind the two checks above."""
 
-    def __init__(self, *, allow_private_hosts: bool = False) -> None:
-        self._inner = httpx.AsyncHTTPTransport(verify=True, retries=0)
+    def __init__(
+        self,
+        *,
+        allow_private_hosts: bool = False,
+        inner: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._inner = inner or httpx.AsyncHTTPTransport(verify=True, retries=0)
         self.allow_private_hosts = allow_private_hosts
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -35,7 +35,8 @@ def test_an_empty_list_is_not_found() -> None:
 def test_seed_000_batch_prints_its_exact_lines() -> None:
     # The seed's nine-citation fixture: 2 supported, 3 unreachable, 4 others.
     labels = (
-        ["supported"] * 2 + ["unreachable"] * 3
+        ["supported"] * 2
+        + ["unreachable"] * 3
         + ["not_found", "contradicted", "not_found", "fabricated"]
     )
     precision = Precision.from_labels(labels)

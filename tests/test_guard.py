@@ -32,26 +32,38 @@ def test_an_empty_quote_is_never_in_the_passages() -> None:
 def test_supported_with_a_real_quote_stands() -> None:
     quote = "Water boils at 100 degrees Celsius"
     assert guard_judgement("supported", quote, 0.96, PASSAGES) == (
-        Label.supported, quote, 0.96, None,
+        Label.supported,
+        quote,
+        0.96,
+        None,
     )
 
 
 def test_contradicted_with_an_invented_quote_is_downgraded() -> None:
     assert guard_judgement("contradicted", "Water boils at 50 degrees", 0.99, PASSAGES) == (
-        Label.not_found, None, 0.0, "evidence_quote_not_in_source",
+        Label.not_found,
+        None,
+        0.0,
+        "evidence_quote_not_in_source",
     )
 
 
 def test_supported_without_a_quote_is_downgraded() -> None:
     label, quote, confidence, reason = guard_judgement("supported", None, 0.9, PASSAGES)
     assert (label, quote, confidence, reason) == (
-        Label.not_found, None, 0.0, "evidence_quote_not_in_source",
+        Label.not_found,
+        None,
+        0.0,
+        "evidence_quote_not_in_source",
     )
 
 
 def test_not_found_with_a_bad_quote_loses_quote_and_confidence() -> None:
     assert guard_judgement("not_found", "made up", 0.7, PASSAGES) == (
-        Label.not_found, None, 0.0, "evidence_quote_not_in_source",
+        Label.not_found,
+        None,
+        0.0,
+        "evidence_quote_not_in_source",
     )
 
 
@@ -84,7 +96,9 @@ def test_closest_passage_scores_a_truncated_quote_high_and_an_invented_one_low()
 
 
 @given(st.text(), st.lists(st.text(), max_size=4))
-def test_guard_never_keeps_a_quote_that_is_not_in_the_passages(quote: str, passages: list[str]) -> None:
+def test_guard_never_keeps_a_quote_that_is_not_in_the_passages(
+    quote: str, passages: list[str]
+) -> None:
     for label in ("supported", "contradicted", "not_found"):
         result_label, kept, confidence, _ = guard_judgement(label, quote, 0.5, passages)
         if kept is not None:

@@ -40,8 +40,15 @@ def test_the_seed_json_shape_uses_overall() -> None:
     payload = _claim().seed_json()
     assert payload["overall"] == "supported"
     assert list(payload["citations"][0]) == [
-        "url", "label", "evidence_quote", "confidence", "final_url",
-        "original_status", "rid", "reason", "needs_review",
+        "url",
+        "label",
+        "evidence_quote",
+        "confidence",
+        "final_url",
+        "original_status",
+        "rid",
+        "reason",
+        "needs_review",
     ]
 
 

@@ -1,0 +1,634 @@
+"""pytest glue for pytest-citations: options, fixtures, the ``citations`` marker, hooks.
+
+Only the standard library and pytest are imported here: the plugin loads for
+every suite through the ``pytest11`` entry point, and a suite that never verifies
+a citation must not pay for httpx, pydantic, vcrpy or torch. The real work lives
+in :mod:`pytest_citations.pipeline`, :mod:`~pytest_citations.cassettes` and
+:mod:`~pytest_citations.report`, imported inside the fixtures and hooks that
+run only once a verification happened.
+
+Users customise it the pytest-recording way, by overriding a fixture
+(``citations_settings``, ``citations_cassette_dir``, ``citations_record_mode``,
+``citations_embedder``, ``citations_judge``, ``citations_recorder``,
+``citations_verifier``) in a ``conftest.py``.
+
+Under pytest-xdist each worker attaches its tests' verdicts to the teardown
+report as the ``citations`` user property (which also lands in JUnit XML);
+the controller reads them in ``pytest_runtest_logreport`` and is the single
+source of the summary, the JSON report and the session gates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Generator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_citations.judge import Judge
+    from pytest_citations.models import ClaimVerdict
+    from pytest_citations.pipeline import Verifier
+    from pytest_citations.report import MarkerGate, SessionCitations
+    from pytest_citations.retrieval import Embedder
+    from pytest_citations.settings import Settings
+    from pytest_citations.transport import Recorder
+
+RECORD_MODES = ("none", "once", "new_episodes", "all")
+#: Relative to the rootdir. One folder for the whole project, not one per test
+#: module: cassettes are keyed by page and by citation, never by test, so a page
+#: cited from three modules is recorded once, and moving a test between files
+#: orphans nothing.
+DEFAULT_CASSETTE_DIR = "tests/cassettes/citations"
+#: Replayed cassettes are deterministic, so any precision drop against a baseline
+#: is a real change (a model, a prompt, a page): default to no tolerance. Raise
+#: it when baselines come from live, non-deterministic runs.
+DEFAULT_BASELINE_TOLERANCE = 0.0
+
+#: (command-line flag, ini name, Settings field, help). Environment names come
+#: from settings.ENV_NAMES; precedence is command line > environment > ini > default.
+_SETTING_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "--citations-judge-provider",
+        "citations_judge_provider",
+        "judge_provider",
+        "judge provider: openai, anthropic or ollama (env JUDGE_PROVIDER)",
+    ),
+    (
+        "--citations-judge-model",
+        "citations_judge_model",
+        "judge_model",
+        "judge model (env JUDGE_MODEL; default per provider)",
+    ),
+    (
+        "--citations-fetcher",
+        "citations_fetcher",
+        "fetcher",
+        "page fetcher: auto, crawlbase, direct or crawlbase-sdk (env CITATIONS_FETCHER)",
+    ),
+    (
+        "--citations-top-k",
+        "citations_top_k",
+        "top_k",
+        "passages sent to the judge (env CITATIONS_TOP_K; default 3)",
+    ),
+    (
+        "--citations-auto-accept",
+        "citations_auto_accept",
+        "auto_accept",
+        "confidence below which a verdict needs review (env CITATIONS_AUTO_ACCEPT; default 0.8)",
+    ),
+)
+
+_STATE: pytest.StashKey[_SessionState] = pytest.StashKey()
+_ITEM_CALLS: pytest.StashKey[_ItemCitations] = pytest.StashKey()
+_ITEM_GATE: pytest.StashKey[MarkerGate] = pytest.StashKey()
+
+
+class _ItemCitations:
+    def __init__(self) -> None:
+        self.claims: list[ClaimVerdict] = []
+        self.requests: dict[str, int] = {"replayed": 0, "live": 0}
+
+
+class _SessionState:
+    def __init__(self, record_mode: str) -> None:
+        self.record_mode = record_mode
+        self.collected: SessionCitations | None = None
+        self.outcomes: dict[str, str] = {}
+        self.gate_lines: list[str] = []
+        self.diff_lines: list[str] = []
+        self.report_path: Path | None = None
+        self.settings_json: dict[str, Any] | None = None
+
+    def citations(self) -> SessionCitations:
+        if self.collected is None:
+            from pytest_citations.report import SessionCitations
+
+            self.collected = SessionCitations()
+        return self.collected
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("citations", "citation verification (pytest-citations)")
+    group.addoption(
+        "--citations-record-mode",
+        choices=RECORD_MODES,
+        default=None,
+        help="cassette record mode: none, once, new_episodes or all (env "
+        "CITATIONS_RECORD_MODE; default once, none when CI is set)",
+    )
+    parser.addini("citations_record_mode", "default cassette record mode", default="")
+    group.addoption(
+        "--citations-cassette-dir",
+        default=None,
+        metavar="DIR",
+        help=f"cassette folder (default <rootdir>/{DEFAULT_CASSETTE_DIR})",
+    )
+    parser.addini("citations_cassette_dir", "cassette folder, relative to the rootdir", default="")
+    group.addoption(
+        "--citations-report",
+        default=None,
+        metavar="PATH",
+        help="write a JSON report of every claim and citation verdict",
+    )
+    group.addoption(
+        "--citations-floor",
+        type=float,
+        default=None,
+        metavar="F",
+        help="fail the session when citation precision is below F",
+    )
+    parser.addini("citations_floor", "session citation precision floor", default="")
+    group.addoption(
+        "--citations-baseline",
+        default=None,
+        metavar="PATH",
+        help="compare with an earlier --citations-report and fail on regressions",
+    )
+    group.addoption(
+        "--citations-baseline-tolerance",
+        type=float,
+        default=None,
+        metavar="T",
+        help=f"allowed precision drop against the baseline (default {DEFAULT_BASELINE_TOLERANCE})",
+    )
+    parser.addini(
+        "citations_baseline_tolerance",
+        "allowed precision drop against the baseline",
+        default="",
+    )
+    for flag, ini, _field, text in _SETTING_OPTIONS:
+        group.addoption(flag, default=None, help=text)
+        parser.addini(ini, text, default="")
+    group.addoption(
+        "--citations-allow-private-hosts",
+        action="store_true",
+        default=None,
+        help="let direct fetches reach private/loopback hosts (env CITATIONS_ALLOW_PRIVATE_HOSTS)",
+    )
+    parser.addini(
+        "citations_allow_private_hosts", "let direct fetches reach private hosts", default=""
+    )
+
+
+def _ini(config: pytest.Config, name: str) -> str | None:
+    value = config.getini(name)
+    text = str(value).strip() if value is not None else ""
+    return text or None
+
+
+def _truthy(value: str | None) -> bool:
+    return bool(value) and str(value).strip().lower() not in ("0", "false", "no", "off")
+
+
+def resolve_record_mode(config: pytest.Config) -> str:
+    """Command line > CITATIONS_RECORD_MODE > ini > ``none`` under CI, else ``once``.
+
+    ``once`` locally records what is missing and replays the rest; under CI
+    nothing may go to the network unnoticed, so a missing cassette fails.
+    """
+    cli = config.getoption("citations_record_mode")
+    env = os.environ.get("CITATIONS_RECORD_MODE", "").strip() or None
+    ini = _ini(config, "citations_record_mode")
+    mode = cli or env or ini or ("none" if _truthy(os.environ.get("CI")) else "once")
+    if mode not in RECORD_MODES:
+        where = "CITATIONS_RECORD_MODE" if env and not cli else "citations_record_mode"
+        raise pytest.UsageError(
+            f"{where}={mode!r} is not a record mode; choose one of {', '.join(RECORD_MODES)}"
+        )
+    return mode
+
+
+def _float_option(config: pytest.Config, option: str, ini: str) -> float | None:
+    value = config.getoption(option)
+    if value is not None:
+        return float(value)
+    raw = _ini(config, ini)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"ini option {ini}={raw!r} is not a number") from None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "citations(floor=None, fail_on=('contradicted', 'fabricated'), reachable_only=False): "
+        "fail the test when a verified citation has a fail_on label or precision is below floor",
+    )
+    floor = _float_option(config, "citations_floor", "citations_floor")
+    if floor is not None and not 0 <= floor <= 1:
+        raise pytest.UsageError(f"--citations-floor must be in [0, 1], not {floor}")
+    config.stash[_STATE] = _SessionState(resolve_record_mode(config))
+    config.pluginmanager.register(_Collector(config), "citations-collector")
+
+
+# -- fixtures ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def citations_record_mode(pytestconfig: pytest.Config) -> str:
+    """The record mode for every cassette (see :func:`resolve_record_mode`)."""
+    return pytestconfig.stash[_STATE].record_mode
+
+
+@pytest.fixture(scope="session")
+def citations_cassette_dir(pytestconfig: pytest.Config) -> Path:
+    """Where cassettes live: ``--citations-cassette-dir`` > ini ``citations_cassette_dir``
+    > ``<rootdir>/tests/cassettes/citations``.
+
+    One project-wide folder (not one per test module), because cassettes are
+    keyed by page and citation: pages shared by several modules are recorded
+    once, and renaming or moving a test orphans nothing. Relative paths are
+    taken from the rootdir.
+    """
+    raw = pytestconfig.getoption("citations_cassette_dir") or _ini(
+        pytestconfig, "citations_cassette_dir"
+    )
+    path = Path(raw or DEFAULT_CASSETTE_DIR)
+    return path if path.is_absolute() else pytestconfig.rootpath / path
+
+
+@pytest.fixture(scope="session")
+def citations_settings(pytestconfig: pytest.Config, citations_cassette_dir: Path) -> Settings:
+    """Pipeline settings: command line > environment > ini options > defaults.
+
+    The embedding cache defaults to ``<cassette dir>/embeddings`` so a committed
+    cassette folder replays on a fresh CI machine without loading torch.
+    """
+    from pytest_citations.settings import Settings
+
+    defaults: dict[str, Any] = {"embedding_cache_dir": citations_cassette_dir / "embeddings"}
+    cli: dict[str, Any] = {}
+    for flag, ini, field, _text in _SETTING_OPTIONS:
+        ini_value = _ini(pytestconfig, ini)
+        if ini_value is not None:
+            defaults[field] = ini_value
+        cli_value = pytestconfig.getoption(flag.lstrip("-").replace("-", "_"))
+        if cli_value is not None:
+            cli[field] = cli_value
+    ini_private = _ini(pytestconfig, "citations_allow_private_hosts")
+    if ini_private is not None:
+        defaults["allow_private_hosts"] = _truthy(ini_private)
+    if pytestconfig.getoption("citations_allow_private_hosts"):
+        cli["allow_private_hosts"] = True
+    return Settings.from_env(defaults=defaults, **cli)
+
+
+@pytest.fixture(scope="session")
+def citations_embedder() -> Embedder | None:
+    """The embedder; None means the pipeline's MiniLM behind the on-disk cache.
+
+    Override it (session scope) to inject a small deterministic embedder in
+    tests of your own tooling.
+    """
+    return None
+
+
+@pytest.fixture(scope="session")
+def citations_judge() -> Judge | None:
+    """The judge; None means the provider named by the settings."""
+    return None
+
+
+@pytest.fixture(scope="session")
+def citations_recorder(
+    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Settings
+) -> Recorder:
+    """The cassette recorder every verification of the session goes through."""
+    from pytest_citations.cassettes import CassetteRecorder, known_secrets
+
+    return CassetteRecorder(
+        citations_cassette_dir,
+        record_mode=citations_record_mode,
+        secrets=known_secrets(citations_settings),
+        allow_private_hosts=citations_settings.allow_private_hosts,
+    )
+
+
+@pytest.fixture(scope="session")
+def citations_verifier(
+    pytestconfig: pytest.Config,
+    citations_settings: Settings,
+    citations_embedder: Embedder | None,
+    citations_judge: Judge | None,
+    citations_recorder: Recorder,
+) -> Verifier:
+    """One Verifier for the session: pages are fetched once, the model loads once."""
+    from pytest_citations.pipeline import Verifier
+
+    state = pytestconfig.stash[_STATE]
+    state.settings_json = _settings_json(citations_settings)
+    return Verifier(
+        citations_settings,
+        embedder=citations_embedder,
+        judge=citations_judge,
+        recorder=citations_recorder,
+    )
+
+
+class VerifyCitation:
+    """The callable behind the ``verify_citation`` fixture."""
+
+    def __init__(self, item: pytest.Item, verifier: Verifier, recorder: Recorder) -> None:
+        self._item = item
+        self._verifier = verifier
+        self._recorder = recorder
+
+    def __call__(
+        self,
+        claim: str,
+        urls: Sequence[str] | str,
+        *,
+        quote: str | None = None,
+        section: str | None = None,
+    ) -> ClaimVerdict:
+        """Verify ``claim`` against each URL; the verdict compares equal to its label."""
+        __tracebackhide__ = True
+        return self._run(
+            claim, lambda: self._verifier.verify(claim, urls, quote=quote, section=section)
+        )
+
+    async def averify(
+        self,
+        claim: str,
+        urls: Sequence[str] | str,
+        *,
+        quote: str | None = None,
+        section: str | None = None,
+    ) -> ClaimVerdict:
+        """The same, for async tests."""
+        __tracebackhide__ = True
+        self._before(claim)
+        before = _stats(self._recorder)
+        verdict = await self._verifier.averify(claim, urls, quote=quote, section=section)
+        return self._after(verdict, before)
+
+    def _before(self, claim: str) -> None:
+        context = getattr(self._recorder, "context", None)
+        if context is not None:
+            context.nodeid = self._item.nodeid
+            context.test_name = getattr(self._item, "originalname", None) or self._item.name
+            context.claim = claim
+        pop = getattr(self._recorder, "pop_errors", None)
+        if pop is not None:
+            pop()
+
+    def _run(self, claim: str, call: Callable[[], ClaimVerdict]) -> ClaimVerdict:
+        __tracebackhide__ = True
+        self._before(claim)
+        before = _stats(self._recorder)
+        return self._after(call(), before)
+
+    def _after(self, verdict: ClaimVerdict, before: dict[str, int]) -> ClaimVerdict:
+        __tracebackhide__ = True
+        after = _stats(self._recorder)
+        record = self._item.stash.setdefault(_ITEM_CALLS, _ItemCitations())
+        for name in ("replayed", "live"):
+            record.requests[name] += after.get(name, 0) - before.get(name, 0)
+        pop = getattr(self._recorder, "pop_errors", None)
+        errors = pop() if pop is not None else []
+        if errors:  # a stage swallowed a cassette error: it must still fail the test
+            raise errors[0]
+        record.claims.append(verdict)
+        return verdict
+
+
+def _stats(recorder: Recorder) -> dict[str, int]:
+    stats = getattr(recorder, "stats", None)
+    return stats.snapshot() if stats is not None else {}
+
+
+@pytest.fixture
+def verify_citation(
+    request: pytest.FixtureRequest, citations_verifier: Verifier, citations_recorder: Recorder
+) -> VerifyCitation:
+    """``verify_citation(claim, urls, *, quote=None, section=None) -> ClaimVerdict``.
+
+    ``assert verify_citation(claim, urls) == "supported"`` shows one row per
+    citation when it fails. Every call is recorded for the test's marker gate,
+    the JUnit properties and the session report. ``await
+    verify_citation.averify(...)`` in async tests.
+    """
+    return VerifyCitation(request.node, citations_verifier, citations_recorder)
+
+
+# -- per-test hooks ---------------------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("citations")
+    if marker is None:
+        return
+    from pytest_citations.report import parse_marker
+
+    try:
+        item.stash[_ITEM_GATE] = parse_marker(marker.args, marker.kwargs)
+    except ValueError as error:
+        pytest.fail(f"{item.nodeid}: {error}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    result = yield  # a test that already failed is not gated again
+    gate = item.stash.get(_ITEM_GATE, None)
+    if gate is not None:
+        record = item.stash.get(_ITEM_CALLS, None)
+        message = gate.failures(record.claims if record is not None else [])
+        if message:
+            pytest.fail(message, pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:
+        record = item.stash.get(_ITEM_CALLS, None)
+        if record is not None and record.claims:
+            from pytest_citations.report import encode_test_property, precision
+
+            citations = [c for claim in record.claims for c in claim.citations]
+            item.user_properties.append(
+                ("citations", encode_test_property(record.claims, record.requests))
+            )
+            item.user_properties.append(
+                ("citation_precision", precision(citations).lines()[0].split("=", 1)[1])
+            )
+
+
+def pytest_assertrepr_compare(
+    config: pytest.Config, op: str, left: object, right: object
+) -> list[str] | None:
+    """``verdict == "supported"`` failing shows the claim and one row per citation."""
+    models = sys.modules.get("pytest_citations.models")
+    if models is None or op not in ("==", "!="):
+        return None  # no ClaimVerdict can exist before the models module is imported
+    if isinstance(left, models.ClaimVerdict) and isinstance(right, str):
+        verdict, expected = left, right
+    elif isinstance(right, models.ClaimVerdict) and isinstance(left, str):
+        verdict, expected = right, left
+    else:
+        return None
+    from pytest_citations.report import explain_comparison
+
+    return explain_comparison(verdict, op, expected)
+
+
+# -- session end: report, gates, summary ------------------------------------------------
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _settings_json(settings: Settings) -> dict[str, Any]:
+    from pytest_citations.settings import SECRET_FIELDS
+
+    data: dict[str, Any] = settings.model_dump(mode="json", exclude=set(SECRET_FIELDS))
+    return data
+
+
+def _controller_settings(config: pytest.Config) -> dict[str, Any]:
+    """Settings for the report when this process verified nothing itself (xdist controller)."""
+    try:
+        from pytest_citations.settings import Settings
+
+        cassette_dir = Path(
+            config.getoption("citations_cassette_dir")
+            or _ini(config, "citations_cassette_dir")
+            or DEFAULT_CASSETTE_DIR
+        )
+        if not cassette_dir.is_absolute():
+            cassette_dir = config.rootpath / cassette_dir
+        defaults: dict[str, Any] = {"embedding_cache_dir": cassette_dir / "embeddings"}
+        cli: dict[str, Any] = {}
+        for flag, ini, field, _text in _SETTING_OPTIONS:
+            if (value := _ini(config, ini)) is not None:
+                defaults[field] = value
+            if (value := config.getoption(flag.lstrip("-").replace("-", "_"))) is not None:
+                cli[field] = value
+        return _settings_json(Settings.from_env(defaults=defaults, **cli))
+    except Exception as error:  # the report must not fail on a settings problem
+        return {"error": str(error)}
+
+
+class _Collector:
+    """Registered per run in ``pytest_configure``: collects verdicts, writes the report,
+    applies the session gates and prints the summary (controller or single process)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Collect verdicts from each test's teardown report: once per test, on the
+        controller too under xdist (workers send their reports there)."""
+        state = self.config.stash[_STATE]
+        outcomes = state.outcomes
+        if report.failed:
+            outcomes[report.nodeid] = "failed"
+        elif report.skipped and outcomes.get(report.nodeid) != "failed":
+            outcomes[report.nodeid] = "skipped"
+        elif report.when == "call" and report.nodeid not in outcomes:
+            outcomes[report.nodeid] = "passed"
+        if report.when != "teardown":
+            return
+        for name, value in report.user_properties:
+            if name == "citations":
+                from pytest_citations.report import decode_test_property
+
+                claims, requests = decode_test_property(str(value))
+                state.citations().add(
+                    report.nodeid, claims, requests, outcomes.get(report.nodeid, "passed")
+                )
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        state = config.stash.get(_STATE, None)
+        if state is None or _is_worker(config) or state.collected is None:
+            return
+        collected = state.collected
+        if not collected.tests:
+            return
+        from pytest_citations.pipeline import PIPELINE_VERSION
+        from pytest_citations.report import compare_with_baseline, load_report
+
+        report = collected.to_json(
+            settings=state.settings_json or _controller_settings(config),
+            record_mode=state.record_mode,
+            pipeline_version=PIPELINE_VERSION,
+        )
+        path = config.getoption("citations_report")
+        if path:
+            target = Path(path)
+            if not target.is_absolute():
+                target = Path(config.invocation_params.dir) / target
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}.tmp")
+            temporary.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+            os.replace(temporary, target)
+            state.report_path = target
+
+        failed = False
+        floor = _float_option(config, "citations_floor", "citations_floor")
+        value = collected.precision().citation_precision
+        if floor is not None and value is not None and value < floor:
+            state.gate_lines.append(
+                f"FAILED citations floor: {collected.precision().lines()[0]} is below "
+                f"--citations-floor={floor}"
+            )
+            failed = True
+
+        baseline_path = config.getoption("citations_baseline")
+        if baseline_path:
+            tolerance = _float_option(
+                config, "citations_baseline_tolerance", "citations_baseline_tolerance"
+            )
+            tolerance = DEFAULT_BASELINE_TOLERANCE if tolerance is None else tolerance
+            try:
+                baseline = load_report(baseline_path)
+            except ValueError as error:
+                state.gate_lines.append(f"FAILED citations baseline: {error}")
+                failed = True
+            else:
+                diff = compare_with_baseline(report, baseline, tolerance)
+                state.diff_lines = [
+                    f"baseline {baseline_path} (tolerance {tolerance}):",
+                    *diff.lines,
+                ]
+                for line in diff.failures:
+                    state.gate_lines.append(f"FAILED citations baseline: {line}")
+                failed = failed or diff.failed
+        if failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(
+        self, terminalreporter: Any, exitstatus: int, config: pytest.Config
+    ) -> None:
+        state = config.stash.get(_STATE, None)
+        if state is None or _is_worker(config) or state.collected is None:
+            return
+        if not state.collected.tests:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("citations")
+        for line in state.collected.summary_lines():
+            write(line)
+        for line in state.diff_lines:
+            write(line)
+        if state.report_path is not None:
+            write(f"report: {state.report_path}")
+        for line in state.gate_lines:
+            write(line, red=True, bold=True)
