@@ -40,7 +40,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_citations.errors import UnknownProviderError
-from pytest_citations.settings import PROVIDERS, Settings
+from pytest_citations.settings import OPENAI_API_URL, PROVIDERS, Settings
 from pytest_citations.transport import MISSING_CREDENTIAL
 
 logger = logging.getLogger(__name__)
@@ -395,12 +395,15 @@ class _HttpJudge:
         key = self._key()
         if key:
             headers.update(self._auth_headers(key))
-        elif self.variable is not None:
+        elif self.variable is not None and self._key_required():
             # Built anyway: a cassette may answer it. The live transport refuses it.
             extensions[MISSING_CREDENTIAL] = (self.variable, f"the {self.provider} judge")
         return client.build_request(
             "POST", self.url, content=body, headers=headers, extensions=extensions
         )
+
+    def _key_required(self) -> bool:
+        return True
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -511,6 +514,10 @@ class OpenAIJudge(_HttpJudge):
     @property
     def url(self) -> str:
         return self.settings.openai_base_url.rstrip("/") + "/chat/completions"
+
+    def _key_required(self) -> bool:
+        """OpenAI itself needs a key; a compatible server (llama.cpp, vLLM) may need none."""
+        return self.settings.openai_base_url.rstrip("/") == OPENAI_API_URL
 
     def _key(self) -> str | None:
         key = self.settings.openai_api_key

@@ -23,6 +23,10 @@ Provider = Literal["openai", "anthropic", "ollama"]
 Fetcher = Literal["auto", "crawlbase", "crawlbase-sdk", "direct"]
 
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "ollama")
+
+#: OpenAI's own endpoint; any other ``OPENAI_BASE_URL`` is an OpenAI-compatible server
+#: (llama.cpp, vLLM, LM Studio) that may need no key at all.
+OPENAI_API_URL = "https://api.openai.com/v1"
 FETCHERS: tuple[str, ...] = ("auto", "crawlbase", "crawlbase-sdk", "direct")
 
 #: Default judge model per provider: small, cheap models that follow a JSON schema.
@@ -96,7 +100,7 @@ class Settings(BaseModel):
     judge_provider: Provider = "openai"
     judge_model: str | None = None
     openai_api_key: SecretStr | None = None
-    openai_base_url: str = "https://api.openai.com/v1"
+    openai_base_url: str = OPENAI_API_URL
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str = "https://api.anthropic.com"
     ollama_host: str = "http://localhost:11434"

@@ -312,7 +312,9 @@ def test_missing_key_stops_with_exit_3_and_keeps_finished_work(
         monkeypatch.delenv(name, raising=False)
     for name, value in judge_env(judge.url, FAKE_KEY).items():
         monkeypatch.setenv(name, value)
+    # api.openai.com needs a key: the request is refused before it leaves the machine
     monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("OPENAI_BASE_URL")
     source = write_jsonl(tmp_path / "in.jsonl", seed_records(website.url))
     out = tmp_path / "report.csv"
     code, stdout, stderr = _run(
@@ -323,7 +325,9 @@ def test_missing_key_stops_with_exit_3_and_keeps_finished_work(
     message = stderr.strip().splitlines()[-1]
     assert message.startswith("citations batch: OPENAI_API_KEY is not set")
     assert "Traceback" not in stderr
+    assert Journal.path_for(out).exists() and not out.exists()
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", judge.url + "/v1")
     code, stdout, stderr = _run(
         ["batch", str(source), "--out", str(out), "--resume"], embedder=FakeEmbedder()
     )
@@ -436,7 +440,9 @@ def test_event_loop_keeps_running_during_blocking_work(
 
     asyncio.run(scenario())
     assert len(during) == 2  # boil#0 and boil-50#0 were ranked
-    assert all(count >= 3 for count in during), during  # ~25 ticks expected per 0.5 s
+    # ~25 ticks are expected per 0.5 s; an embedder run on the loop itself would
+    # leave 0 for every call (max, not all: a loaded CI machine may starve one).
+    assert max(during) >= 3, during
 
 
 # ---------------------------------------------------------------------------- progress

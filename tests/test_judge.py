@@ -32,7 +32,7 @@ from pytest_citations.judge import (
     make_judge,
     render_user_message,
 )
-from pytest_citations.settings import Settings
+from pytest_citations.settings import OPENAI_API_URL, Settings
 
 CLAIM = "Water boils at 100 degrees Celsius at sea level."
 PASSAGES = [
@@ -398,6 +398,8 @@ def test_a_missing_key_raises_through_the_live_transport(
 ) -> None:
     sim: Simulator = request.getfixturevalue(f"{provider}_sim")
     settings = settings_for(provider, sim, openai_api_key=None, anthropic_api_key=None)
+    if provider == "openai":  # OpenAI itself needs the key; a compatible server may not
+        settings = settings.model_copy(update={"openai_base_url": OPENAI_API_URL})
     with pytest.raises(MissingCredentialError, match=variable):
         run(make_judge(settings, backoff=FAST))
     assert brain(sim).requests == []  # nothing left the machine
@@ -439,11 +441,20 @@ REPLAYS: dict[str, dict[str, Any]] = {
 def test_a_missing_key_is_fine_when_a_replay_answers(provider: str, variable: str) -> None:
     replay = ReplayTransport(REPLAYS[provider])
     settings = settings_for(provider, None, openai_api_key=None, anthropic_api_key=None)
+    settings = settings.model_copy(update={"openai_base_url": OPENAI_API_URL})
     judgement = run(make_judge(settings, backoff=FAST), live=replay)
     assert judgement.label == "supported"
     (sent,) = replay.requests
     assert sent.extensions[transport.MISSING_CREDENTIAL] == (variable, f"the {provider} judge")
     assert "authorization" not in sent.headers and "x-api-key" not in sent.headers
+
+
+def test_an_openai_compatible_server_needs_no_key(openai_sim: Simulator) -> None:
+    brain(openai_sim).api_key = None  # like llama.cpp or vLLM started without --api-key
+    settings = settings_for("openai", openai_sim, openai_api_key=None)
+    assert run(make_judge(settings)).label == "not_found"
+    (sent,) = brain(openai_sim).requests
+    assert "authorization" not in sent.headers
 
 
 def test_ollama_needs_no_key(ollama_sim: Simulator) -> None:

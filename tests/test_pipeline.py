@@ -124,8 +124,7 @@ def test_a_missing_judge_key_names_the_variable(crawlbase_api: Any, openai_sim: 
         fetcher="crawlbase",
         crawlbase_token=NORMAL_TOKEN,
         crawlbase_api_url=crawlbase_api.url + "/",
-        openai_base_url=openai_sim.url + "/v1",
-    )
+    )  # the default OpenAI endpoint: the live transport refuses before connecting
     with pytest.raises(MissingCredentialError, match="OPENAI_API_KEY"):
         Verifier(settings, embedder=FakeEmbedder()).verify(BOILING_SENTENCE, [BOILING])
     assert openai_sim.brain.requests == []

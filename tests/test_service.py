@@ -166,7 +166,8 @@ def test_openapi_schema_is_served(service: _Served) -> None:
 def test_missing_key_is_503_naming_the_variable_never_a_value(
     crawlbase_api: Simulator, judge: JudgeSimulator
 ) -> None:
-    settings = _crawlbase_settings(crawlbase_api, openai_base_url=judge.url + "/v1")
+    # the default base URL (api.openai.com) needs a key: refused before it goes out
+    settings = _crawlbase_settings(crawlbase_api)
     with _Served(create_app(Verifier(settings, embedder=FakeEmbedder()))) as served:
         body = {"claim": BOILING_CLAIM, "urls": [f"{SITE}/articles/water-boiling-point"]}
         response = httpx.post(served.url + "/verify", json=body, timeout=30)

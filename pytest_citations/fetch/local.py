@@ -85,10 +85,6 @@ def load_rfc(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
 
 
-def _section_key(number: str) -> list[int]:
-    return [int(part) for part in number.split(".")]
-
-
 def split_sections(source: str) -> dict[str, str]:
     """Map each numbered section ("4.1.3") to its text, split on the RFC's header lines.
 
@@ -104,11 +100,6 @@ def split_sections(source: str) -> dict[str, str]:
         end = marks[index + 1].start() if index + 1 < len(marks) else len(source)
         sections[number] = source[mark.start() : end].strip()
     return sections
-
-
-def ordered_sections(sections: dict[str, str]) -> list[str]:
-    """Section numbers in document order ("2" < "4.1" < "4.1.3" < "10")."""
-    return sorted(sections, key=_section_key)
 
 
 def _read(path: Path, cap: int) -> tuple[bytes, bool]:

@@ -84,7 +84,9 @@ class OpenAIHandler(JudgeHandler):
             return
         authorization = recorded.headers.get("authorization", "")
         key = authorization[7:] if authorization.startswith("Bearer ") else ""
-        if not key:
+        expected = self.brain.api_key
+        # api_key None: a compatible server started without a key (llama.cpp, vLLM).
+        if not key and expected is not None:
             self.send_json(
                 401,
                 {
@@ -98,7 +100,6 @@ class OpenAIHandler(JudgeHandler):
                 },
             )
             return
-        expected = self.brain.api_key
         if expected is not None and key != expected:
             self.send_json(
                 401,
