@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_citations.aggregate import aggregate
-from pytest_citations.errors import InvalidCitationError
+from pytest_citations.errors import ConfigurationError, InvalidCitationError
 from pytest_citations.guard import (
     closest_passage,
     containing_passage,
@@ -67,6 +67,15 @@ class Verifier:
         self.recorder: Recorder = recorder or LiveRecorder(
             allow_private_hosts=self.settings.allow_private_hosts
         )
+        if (
+            self.settings.resolved_fetcher == "crawlbase-sdk"
+            and getattr(self.recorder, "record_mode", None) == "none"
+        ):
+            raise ConfigurationError(
+                "the crawlbase-sdk fetcher sends its requests through urllib, outside the "
+                "cassettes, so it cannot replay in record mode none; use the default "
+                "crawlbase fetcher (CITATIONS_FETCHER=crawlbase), which records and replays"
+            )
         self._embedder = embedder
         self._judge = judge
         self._pages: PageCache = PageCache()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_citations.audit import AuditLog
     from pytest_citations.judge import Judge
     from pytest_citations.models import ClaimVerdict
     from pytest_citations.pipeline import Verifier
@@ -48,6 +49,9 @@ DEFAULT_CASSETTE_DIR = "tests/cassettes/citations"
 #: is a real change (a model, a prompt, a page): default to no tolerance. Raise
 #: it when baselines come from live, non-deterministic runs.
 DEFAULT_BASELINE_TOLERANCE = 0.0
+#: Shared by the controller and its xdist workers (they inherit the environment),
+#: so every audit row of one pytest session carries the same run id.
+RUN_ID_VARIABLE = "PYTEST_CITATIONS_RUN_ID"
 
 #: (command-line flag, ini name, Settings field, help). Environment names come
 #: from settings.ENV_NAMES; precedence is command line > environment > ini > default.
@@ -177,6 +181,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "citations_allow_private_hosts", "let direct fetches reach private hosts", default=""
     )
+    group.addoption(
+        "--citations-audit",
+        default=None,
+        metavar="PATH",
+        help="append one row per citation to this SQLite audit index (ini citations_audit)",
+    )
+    parser.addini("citations_audit", "SQLite audit index, relative to the rootdir", default="")
 
 
 def _ini(config: pytest.Config, name: str) -> str | None:
@@ -230,7 +241,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if floor is not None and not 0 <= floor <= 1:
         raise pytest.UsageError(f"--citations-floor must be in [0, 1], not {floor}")
     config.stash[_STATE] = _SessionState(resolve_record_mode(config))
+    if _audit_path(config) is not None and RUN_ID_VARIABLE not in os.environ:
+        from pytest_citations.audit import new_run_id
+
+        os.environ[RUN_ID_VARIABLE] = new_run_id()  # before xdist starts its workers
     config.pluginmanager.register(_Collector(config), "citations-collector")
+
+
+def _audit_path(config: pytest.Config) -> Path | None:
+    raw = config.getoption("citations_audit") or _ini(config, "citations_audit")
+    if raw is None:
+        return None
+    path = Path(raw)
+    return path if path.is_absolute() else config.rootpath / path
 
 
 # -- fixtures ---------------------------------------------------------------------------
@@ -337,13 +360,35 @@ def citations_verifier(
     )
 
 
+@pytest.fixture(scope="session")
+def citations_audit(pytestconfig: pytest.Config) -> AuditLog | None:
+    """The SQLite audit index of ``--citations-audit`` (None when not asked for).
+
+    Opt-in: a test suite is usually replayed, and the audit trail matters for
+    live runs. WAL mode lets every xdist worker write to the same file.
+    """
+    path = _audit_path(pytestconfig)
+    if path is None:
+        return None
+    from pytest_citations.audit import AuditLog
+
+    return AuditLog(path)
+
+
 class VerifyCitation:
     """The callable behind the ``verify_citation`` fixture."""
 
-    def __init__(self, item: pytest.Item, verifier: Verifier, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        item: pytest.Item,
+        verifier: Verifier,
+        recorder: Recorder,
+        audit: AuditLog | None = None,
+    ) -> None:
         self._item = item
         self._verifier = verifier
         self._recorder = recorder
+        self._audit = audit
 
     def __call__(
         self,
@@ -401,6 +446,8 @@ class VerifyCitation:
         if errors:  # a stage swallowed a cassette error: it must still fail the test
             raise errors[0]
         record.claims.append(verdict)
+        if self._audit is not None:
+            self._audit.record(os.environ.get(RUN_ID_VARIABLE, "unknown"), verdict)
         return verdict
 
 
@@ -411,7 +458,10 @@ def _stats(recorder: Recorder) -> dict[str, int]:
 
 @pytest.fixture
 def verify_citation(
-    request: pytest.FixtureRequest, citations_verifier: Verifier, citations_recorder: Recorder
+    request: pytest.FixtureRequest,
+    citations_verifier: Verifier,
+    citations_recorder: Recorder,
+    citations_audit: AuditLog | None,
 ) -> VerifyCitation:
     """``verify_citation(claim, urls, *, quote=None, section=None) -> ClaimVerdict``.
 
@@ -420,7 +470,7 @@ def verify_citation(
     the JUnit properties and the session report. ``await
     verify_citation.averify(...)`` in async tests.
     """
-    return VerifyCitation(request.node, citations_verifier, citations_recorder)
+    return VerifyCitation(request.node, citations_verifier, citations_recorder, citations_audit)
 
 
 # -- per-test hooks ---------------------------------------------------------------------

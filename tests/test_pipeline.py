@@ -200,3 +200,12 @@ def test_seed_003_rfc7519_walk_through(openai_sim: Any, tmp_path: Path) -> None:
     assert (
         "Use of this claim is OPTIONAL." in json.loads(exp_request.body)["messages"][1]["content"]
     )
+
+
+def test_the_sdk_fetcher_refuses_replay_only_mode(tmp_path: Path) -> None:
+    from pytest_citations.cassettes import CassetteRecorder
+    from pytest_citations.errors import ConfigurationError
+
+    settings = Settings(fetcher="crawlbase-sdk", crawlbase_token=NORMAL_TOKEN)
+    with pytest.raises(ConfigurationError, match="crawlbase-sdk"):
+        Verifier(settings, recorder=CassetteRecorder(tmp_path, record_mode="none"))

@@ -354,6 +354,22 @@ def test_xdist_controller_reports_each_citation_once(
     replay.stdout.fnmatch_lines(["*requests: replayed=* live=0", "*FAILED citations floor*"])
 
 
+def test_audit_index_gets_one_row_per_citation_from_every_worker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("xdist")
+    from pytest_citations.audit import AuditLog
+
+    monkeypatch.delenv("PYTEST_CITATIONS_RUN_ID", raising=False)
+    setup_inner(pytester, test_basic=BASIC, test_more=BASIC.replace("def test_", "def test_more_"))
+    result, _ = _record(pytester, monkeypatch, "-n", "2", "--citations-audit=audit.sqlite3")
+    result.assert_outcomes(passed=6)
+    rows = AuditLog(pytester.path / "audit.sqlite3").rows()
+    assert len(rows) == 8  # every citation, each exactly once, from both workers
+    assert len({row.run_id for row in rows}) == 1
+    assert sorted(row.label for row in rows).count("unreachable") == 2
+
+
 # -- secrets, coexistence, start-up -----------------------------------------------------
 
 

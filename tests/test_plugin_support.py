@@ -31,8 +31,6 @@ CONTRADICTED_CLAIM = "Water boils at 50 degrees Celsius at sea level."
 UNSETTLED_CLAIM = "Water freezes at 0 degrees Celsius."
 
 INNER_CONFTEST = f"""
-import hashlib
-import math
 import os
 import sys
 
@@ -41,26 +39,11 @@ import pytest
 sys.path.insert(0, {str(TESTS_DIR)!r})
 
 
-class HashEmbedder:
-    \"\"\"Deterministic bag-of-words vectors: no torch in plugin tests.\"\"\"
-
-    name = "test-hash-embedder-v1"
-
-    def embed(self, texts):
-        vectors = []
-        for text in texts:
-            vector = [0.0] * 64
-            for word in text.lower().split():
-                digest = hashlib.sha256(word.strip(".,;:()").encode()).digest()
-                vector[digest[0] % 64] += 1.0
-            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-            vectors.append([x / norm for x in vector])
-        return vectors
-
-
 @pytest.fixture(scope="session")
 def citations_embedder():
-    return HashEmbedder()
+    from fakes import FakeEmbedder  # deterministic bag-of-words vectors: no torch
+
+    return FakeEmbedder()
 
 
 @pytest.fixture(scope="session")
