@@ -1,15 +1,27 @@
-# --- judge simulators (tests/simulators/{openai,anthropic,ollama}.py) -------------------
-# Replies are scripted fixtures, not model traces. Each fixture yields a running
-# ``JudgeSimulator``; script it through ``sim.brain`` (a ``ScriptedJudge``): ``.reply(...)``,
-# ``.script``, ``.fail_next(Fault...)``, ``.requests``. Accepted key: ``FAKE_KEY``.
-from collections.abc import Iterator as _JudgeIterator
-from typing import Any as _JudgeAny
+"""Fixtures that start the local simulators (tests/simulators/), real HTTP on 127.0.0.1.
 
-import pytest as _judge_pytest
+Judge simulators (``openai_sim``, ``anthropic_sim``, ``ollama_sim``) answer with
+scripted fixtures, not model traces: script them through ``sim.brain`` (a
+``ScriptedJudge``: ``.reply(...)``, ``.script``, ``.fail_next(Fault...)``,
+``.requests``); the accepted key is ``simulators.scripted.FAKE_KEY``.
+
+``website`` is a scripted origin site (``website.state.routes[path] = Route(...)``,
+URLs are ``website.url + path``); ``crawlbase_api`` is the Crawling + Storage API
+(script ``crawlbase_api.state.targets[url]``; settings
+``crawlbase_api_url=crawlbase_api.url + "/"`` with ``simulators.crawlbase.NORMAL_TOKEN``).
+Both are started once per session and reset for each test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 
-@_judge_pytest.fixture
-def openai_sim() -> _JudgeIterator[_JudgeAny]:
+@pytest.fixture
+def openai_sim() -> Iterator[Any]:
     """An OpenAI chat-completions simulator; base URL for settings is ``sim.url + "/v1"``."""
     from simulators.openai import OpenAIHandler
     from simulators.scripted import JudgeSimulator
@@ -18,8 +30,8 @@ def openai_sim() -> _JudgeIterator[_JudgeAny]:
         yield sim
 
 
-@_judge_pytest.fixture
-def anthropic_sim() -> _JudgeIterator[_JudgeAny]:
+@pytest.fixture
+def anthropic_sim() -> Iterator[Any]:
     """An Anthropic Messages simulator; base URL for settings is ``sim.url``."""
     from simulators.anthropic import AnthropicHandler
     from simulators.scripted import JudgeSimulator
@@ -28,8 +40,8 @@ def anthropic_sim() -> _JudgeIterator[_JudgeAny]:
         yield sim
 
 
-@_judge_pytest.fixture
-def ollama_sim() -> _JudgeIterator[_JudgeAny]:
+@pytest.fixture
+def ollama_sim() -> Iterator[Any]:
     """An Ollama /api/chat simulator; ``OLLAMA_HOST`` for settings is ``sim.url``."""
     from simulators.ollama import OllamaHandler
     from simulators.scripted import JudgeSimulator
@@ -38,20 +50,8 @@ def ollama_sim() -> _JudgeIterator[_JudgeAny]:
         yield sim
 
 
-# --- fetch simulators (tests/simulators/{website,crawlbase}.py) ---------------------------
-# ``website``: a scripted origin site; add pages with ``website.state.routes[path] = Route(...)``
-# (or ``html_page(title, body_html)``); URLs are ``website.url + path``.
-# ``crawlbase_api``: the Crawling + Storage API; script ``crawlbase_api.state.targets[url]``;
-# settings: ``crawlbase_api_url=crawlbase_api.url + "/"``,
-# token ``simulators.crawlbase.NORMAL_TOKEN`` (JS token ``JS_TOKEN``).
-from collections.abc import Iterator as _FetchIterator  # noqa: E402
-from typing import Any as _FetchAny  # noqa: E402
-
-import pytest as _fetch_pytest  # noqa: E402
-
-
-@_fetch_pytest.fixture(scope="session")
-def _website_server() -> _FetchIterator[_FetchAny]:
+@pytest.fixture(scope="session")
+def _website_server() -> Iterator[Any]:
     from simulators.website import start_website
 
     sim = start_website()
@@ -61,15 +61,15 @@ def _website_server() -> _FetchIterator[_FetchAny]:
         sim.stop()
 
 
-@_fetch_pytest.fixture
-def website(_website_server: _FetchAny) -> _FetchAny:
+@pytest.fixture
+def website(_website_server: Any) -> Any:
     """The fixture website on 127.0.0.1, reset to ``default_routes()`` for each test."""
     _website_server.state.reset()
     return _website_server
 
 
-@_fetch_pytest.fixture(scope="session")
-def _crawlbase_server() -> _FetchIterator[_FetchAny]:
+@pytest.fixture(scope="session")
+def _crawlbase_server() -> Iterator[Any]:
     from simulators.crawlbase import start_crawlbase
 
     sim = start_crawlbase()
@@ -79,8 +79,8 @@ def _crawlbase_server() -> _FetchIterator[_FetchAny]:
         sim.stop()
 
 
-@_fetch_pytest.fixture
-def crawlbase_api(_crawlbase_server: _FetchAny) -> _FetchAny:
+@pytest.fixture
+def crawlbase_api(_crawlbase_server: Any) -> Any:
     """The Crawlbase API simulator, reset to ``default_targets()`` for each test."""
     _crawlbase_server.state.reset()
     return _crawlbase_server
