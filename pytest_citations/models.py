@@ -58,13 +58,12 @@ class Reason(StrEnum):
     judge_error = "judge_error"
 
 
-class CitationVerdict(BaseModel):
-    """One (claim, source) pair: the seed's ``UrlVerdict`` plus ``needs_review``.
+class UrlVerdict(BaseModel):
+    """One citation in the seed's ``/verify`` shape, plus ``needs_review``.
 
     ``confidence`` is None only when no model and no rule produced one (a
     fabricated quote is found by string matching, so there is no model
-    confidence to report). The extra fields after ``needs_review`` help a human
-    read the verdict; they never change the label.
+    confidence to report).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -78,6 +77,14 @@ class CitationVerdict(BaseModel):
     rid: str | None = None
     reason: str | None = None
     needs_review: bool = False
+
+
+class CitationVerdict(UrlVerdict):
+    """One (claim, source) pair: the seed's fields plus what helps a human read it.
+
+    The fields added here never change the label.
+    """
+
     #: The caller's quote and section, echoed so a report row stands alone.
     quote: str | None = None
     section: str | None = None
@@ -91,20 +98,7 @@ class CitationVerdict(BaseModel):
 
     def seed_json(self) -> dict[str, Any]:
         """The seed's ``/verify`` citation shape plus ``needs_review``."""
-        return self.model_dump(
-            mode="json",
-            include={
-                "url",
-                "label",
-                "evidence_quote",
-                "confidence",
-                "final_url",
-                "original_status",
-                "rid",
-                "reason",
-                "needs_review",
-            },
-        )
+        return self.model_dump(mode="json", include=set(UrlVerdict.model_fields))
 
 
 class ClaimVerdict(BaseModel):

@@ -38,7 +38,7 @@ from pytest_citations.errors import (
     InvalidCitationError,
     SourceError,
 )
-from pytest_citations.models import Label
+from pytest_citations.models import Label, UrlVerdict
 
 if TYPE_CHECKING:
     from pytest_citations.pipeline import Verifier
@@ -89,20 +89,6 @@ class VerifyRequest(BaseModel):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ValueError(f"only http(s) URLs can be verified here, got {url!r}")
         return value
-
-
-class UrlVerdict(BaseModel):
-    """One citation's verdict, in the seed's shape plus ``needs_review``."""
-
-    url: str
-    label: Label
-    evidence_quote: str | None = None
-    confidence: float | None = Field(default=None, ge=0, le=1)
-    final_url: str | None = None
-    original_status: int | None = None
-    rid: str | None = None
-    reason: str | None = None
-    needs_review: bool = False
 
 
 class VerifyResponse(BaseModel):
