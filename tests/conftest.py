@@ -50,6 +50,18 @@ def ollama_sim() -> Iterator[Any]:
         yield sim
 
 
+@pytest.fixture
+def judge() -> Iterator[Any]:
+    """The OpenAI simulator scripted with seed 000's verdicts (``fakes.script_seed_judge``)."""
+    from fakes import script_seed_judge
+    from simulators.openai import OpenAIHandler
+    from simulators.scripted import JudgeSimulator
+
+    with JudgeSimulator(OpenAIHandler) as sim:
+        script_seed_judge(sim.brain)
+        yield sim
+
+
 @pytest.fixture(scope="session")
 def _website_server() -> Iterator[Any]:
     from simulators.website import start_website

@@ -25,12 +25,10 @@ from fakes import (
     BOILING_CLAIM,
     FakeEmbedder,
     judge_env,
-    script_seed_judge,
     seed_records,
     write_jsonl,
 )
 from simulators._server import Simulator
-from simulators.openai import OpenAIHandler
 from simulators.scripted import FAKE_KEY, JudgeSimulator
 from simulators.website import WebsiteHandler, WebsiteState, default_routes, html_page
 
@@ -49,14 +47,6 @@ from pytest_citations.settings import Settings
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 SEED_LINES = "citation_precision=0.2222 (2/9)\nreachable_precision=0.3333 (2/6)\n"
-
-
-@pytest.fixture
-def judge() -> Iterator[JudgeSimulator]:
-    sim = JudgeSimulator(OpenAIHandler)
-    with sim:
-        script_seed_judge(sim.brain)
-        yield sim
 
 
 def _settings(judge: JudgeSimulator, **extra: Any) -> Settings:

@@ -7,15 +7,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeEmbedder, script_seed_judge, write_jsonl
+from fakes import FakeEmbedder, write_jsonl
 from simulators._server import Simulator
 from simulators.crawlbase import JS_TOKEN, NORMAL_TOKEN
-from simulators.openai import OpenAIHandler
 from simulators.scripted import FAKE_KEY, JudgeSimulator
 
 from pytest_citations.cli import main
@@ -41,14 +39,6 @@ _VARIABLES = (
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def judge() -> Iterator[JudgeSimulator]:
-    sim = JudgeSimulator(OpenAIHandler)
-    with sim:
-        script_seed_judge(sim.brain)
-        yield sim
 
 
 def _run(argv: list[str], **kwargs: Any) -> tuple[int, str, str]:

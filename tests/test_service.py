@@ -18,10 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fakes import BOILING_CLAIM, BOILING_SENTENCE, FakeEmbedder, judge_env, script_seed_judge
+from fakes import BOILING_CLAIM, BOILING_SENTENCE, FakeEmbedder, judge_env
 from simulators._server import Simulator
 from simulators.crawlbase import NORMAL_TOKEN
-from simulators.openai import OpenAIHandler
 from simulators.scripted import FAKE_KEY, JudgeSimulator
 
 pytest.importorskip("fastapi")
@@ -69,14 +68,6 @@ class _Served:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
-
-
-@pytest.fixture
-def judge() -> Iterator[JudgeSimulator]:
-    sim = JudgeSimulator(OpenAIHandler)
-    with sim:
-        script_seed_judge(sim.brain)
-        yield sim
 
 
 def _crawlbase_settings(api: Simulator, **extra: Any) -> Settings:
