@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_citations import Settings, Verifier
+    from pytest_citations.cassettes import CassetteRecorder
+    from pytest_citations.judge import Judge
+    from pytest_citations.retrieval import Embedder
 
 CASSETTES = Path(__file__).resolve().parent / "cassettes"
 FETCHER = "crawlbase"
@@ -25,7 +31,7 @@ def citations_cassette_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def citations_settings(pytestconfig: pytest.Config, citations_settings: Any) -> Any:
+def citations_settings(pytestconfig: pytest.Config, citations_settings: Settings) -> Settings:
     """The plugin's settings (command line > environment > ini), with this example's
     embedding cache and fetcher unless the environment or command line names others."""
     update: dict[str, Any] = {}
@@ -42,8 +48,8 @@ def citations_settings(pytestconfig: pytest.Config, citations_settings: Any) -> 
 # each example builds its own two.
 @pytest.fixture(scope="session")
 def citations_recorder(
-    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Any
-) -> Any:
+    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Settings
+) -> CassetteRecorder:
     from pytest_citations.cassettes import CassetteRecorder, known_secrets
 
     return CassetteRecorder(
@@ -56,8 +62,11 @@ def citations_recorder(
 
 @pytest.fixture(scope="session")
 def citations_verifier(
-    citations_settings: Any, citations_embedder: Any, citations_judge: Any, citations_recorder: Any
-) -> Any:
+    citations_settings: Settings,
+    citations_embedder: Embedder | None,
+    citations_judge: Judge | None,
+    citations_recorder: CassetteRecorder,
+) -> Verifier:
     from pytest_citations.pipeline import Verifier
 
     return Verifier(

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_citations import Settings, Verifier
+    from pytest_citations.cassettes import CassetteRecorder
+    from pytest_citations.judge import Judge
+    from pytest_citations.retrieval import Embedder
 
 HERE = Path(__file__).resolve().parent
 CASSETTES = HERE / "cassettes"
@@ -25,7 +31,7 @@ def citations_cassette_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def citations_settings(citations_settings: Any) -> Any:
+def citations_settings(citations_settings: Settings) -> Settings:
     """The plugin's settings (command line > environment > ini), with this example's
     embedding cache unless CITATIONS_EMBEDDING_CACHE names another."""
     if os.environ.get("CITATIONS_EMBEDDING_CACHE"):
@@ -45,8 +51,8 @@ def _cite_from_this_folder(monkeypatch: pytest.MonkeyPatch) -> None:
 # each example builds its own two.
 @pytest.fixture(scope="session")
 def citations_recorder(
-    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Any
-) -> Any:
+    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Settings
+) -> CassetteRecorder:
     from pytest_citations.cassettes import CassetteRecorder, known_secrets
 
     return CassetteRecorder(
@@ -59,8 +65,11 @@ def citations_recorder(
 
 @pytest.fixture(scope="session")
 def citations_verifier(
-    citations_settings: Any, citations_embedder: Any, citations_judge: Any, citations_recorder: Any
-) -> Any:
+    citations_settings: Settings,
+    citations_embedder: Embedder | None,
+    citations_judge: Judge | None,
+    citations_recorder: CassetteRecorder,
+) -> Verifier:
     from pytest_citations.pipeline import Verifier
 
     return Verifier(
