@@ -140,25 +140,6 @@ def replay(name: str) -> None:
     result = subprocess.run(pytest_command(name, *extra), cwd=ROOT, env=env)
     if result.returncode != 0:
         raise SystemExit(f"replaying {name} failed (exit {result.returncode})")
-    if name == "ci_gate":
-        fix_report_settings(EXAMPLES / "ci_gate" / "baseline.json", EXAMPLES / "ci_gate")
-
-
-def fix_report_settings(report: Path, example: Path) -> None:
-    """Write the example's own settings into a report it produced.
-
-    The plugin fills a report's ``settings`` from the verifier it built itself; the
-    examples build their own (see their conftest.py), so the report shows the
-    project defaults instead: ``fetcher: auto`` and an absolute embedding path of
-    the machine that recorded. Commit what the run really used.
-    """
-    data = json.loads(report.read_text(encoding="utf-8"))
-    settings = data.get("settings", {})
-    settings["fetcher"] = "crawlbase"
-    settings["embedding_cache_dir"] = (
-        (example / "cassettes" / "embeddings").relative_to(ROOT).as_posix()
-    )
-    report.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

@@ -108,6 +108,12 @@ class _SessionState:
         self.diff_lines: list[str] = []
         self.report_path: Path | None = None
         self.settings_json: dict[str, Any] | None = None
+        #: Built once per distinct configuration, not once per session: a folder's
+        #: conftest may override the cassette dir or settings, and every test must
+        #: get the recorder and verifier of its own folder (see the fixtures).
+        self.settings: dict[tuple[Any, ...], Settings] = {}
+        self.recorders: dict[tuple[Any, ...], Recorder] = {}
+        self.verifiers: dict[tuple[int, ...], Verifier] = {}
 
     def citations(self) -> SessionCitations:
         if self.collected is None:
@@ -275,20 +281,40 @@ def citations_cassette_dir(pytestconfig: pytest.Config) -> Path:
     once, and renaming or moving a test orphans nothing. Relative paths are
     taken from the rootdir.
     """
-    raw = pytestconfig.getoption("citations_cassette_dir") or _ini(
-        pytestconfig, "citations_cassette_dir"
-    )
+    return _configured_cassette_dir(pytestconfig)
+
+
+def _configured_cassette_dir(config: pytest.Config) -> Path:
+    raw = config.getoption("citations_cassette_dir") or _ini(config, "citations_cassette_dir")
     path = Path(raw or DEFAULT_CASSETTE_DIR)
-    return path if path.is_absolute() else pytestconfig.rootpath / path
+    return path if path.is_absolute() else config.rootpath / path
 
 
-@pytest.fixture(scope="session")
+# The three fixtures below are function-scoped on purpose, each returning an object
+# cached in the session state under the inputs it was built from. A session-scoped
+# fixture is built once per definition, for whichever folder asks first: with
+# ``pytest examples`` (one conftest per example, each overriding the cassette dir),
+# every folder would get the first folder's recorder. Override them with function
+# scope (the default) too; the objects they return may still be shared.
+
+
+@pytest.fixture
 def citations_settings(pytestconfig: pytest.Config, citations_cassette_dir: Path) -> Settings:
     """Pipeline settings: command line > environment > ini options > defaults.
 
     The embedding cache defaults to ``<cassette dir>/embeddings`` so a committed
     cassette folder replays on a fresh CI machine without loading torch.
     """
+    state = pytestconfig.stash[_STATE]
+    settings = state.settings.get((citations_cassette_dir,))
+    if settings is None:
+        settings = state.settings[(citations_cassette_dir,)] = _build_settings(
+            pytestconfig, citations_cassette_dir
+        )
+    return settings
+
+
+def _build_settings(pytestconfig: pytest.Config, citations_cassette_dir: Path) -> Settings:
     from pytest_citations.settings import Settings
 
     defaults: dict[str, Any] = {"embedding_cache_dir": citations_cassette_dir / "embeddings"}
@@ -324,22 +350,36 @@ def citations_judge() -> Judge | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def citations_recorder(
-    citations_cassette_dir: Path, citations_record_mode: str, citations_settings: Settings
+    pytestconfig: pytest.Config,
+    citations_cassette_dir: Path,
+    citations_record_mode: str,
+    citations_settings: Settings,
 ) -> Recorder:
-    """The cassette recorder every verification of the session goes through."""
+    """The cassette recorder of this test's cassette folder (one per folder and mode)."""
     from pytest_citations.cassettes import CassetteRecorder, known_secrets
 
-    return CassetteRecorder(
+    state = pytestconfig.stash[_STATE]
+    secrets = known_secrets(citations_settings)
+    key = (
         citations_cassette_dir,
-        record_mode=citations_record_mode,
-        secrets=known_secrets(citations_settings),
-        allow_private_hosts=citations_settings.allow_private_hosts,
+        citations_record_mode,
+        tuple(sorted(secrets.items())),
+        citations_settings.allow_private_hosts,
     )
+    recorder = state.recorders.get(key)
+    if recorder is None:
+        recorder = state.recorders[key] = CassetteRecorder(
+            citations_cassette_dir,
+            record_mode=citations_record_mode,
+            secrets=secrets,
+            allow_private_hosts=citations_settings.allow_private_hosts,
+        )
+    return recorder
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def citations_verifier(
     pytestconfig: pytest.Config,
     citations_settings: Settings,
@@ -347,17 +387,23 @@ def citations_verifier(
     citations_judge: Judge | None,
     citations_recorder: Recorder,
 ) -> Verifier:
-    """One Verifier for the session: pages are fetched once, the model loads once."""
+    """One Verifier per configuration: pages are fetched once, the model loads once."""
     from pytest_citations.pipeline import Verifier
 
     state = pytestconfig.stash[_STATE]
-    state.settings_json = _settings_json(citations_settings)
-    return Verifier(
-        citations_settings,
-        embedder=citations_embedder,
-        judge=citations_judge,
-        recorder=citations_recorder,
-    )
+    parts = (citations_settings, citations_embedder, citations_judge, citations_recorder)
+    key = tuple(id(part) for part in parts)
+    verifier = state.verifiers.get(key)
+    if verifier is None:
+        if state.settings_json is None:  # the report names the first configuration
+            state.settings_json = _settings_json(citations_settings, pytestconfig.rootpath)
+        verifier = state.verifiers[key] = Verifier(
+            citations_settings,
+            embedder=citations_embedder,
+            judge=citations_judge,
+            recorder=citations_recorder,
+        )
+    return verifier
 
 
 @pytest.fixture(scope="session")
@@ -544,35 +590,25 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-def _settings_json(settings: Settings) -> dict[str, Any]:
+def _settings_json(settings: Settings, rootpath: Path) -> dict[str, Any]:
+    """The settings for the report: no secret field, paths relative to the rootdir
+    so a committed report does not name the machine that produced it."""
     from pytest_citations.settings import SECRET_FIELDS
 
     data: dict[str, Any] = settings.model_dump(mode="json", exclude=set(SECRET_FIELDS))
+    cache = settings.embedding_cache_dir
+    if cache is not None and cache.is_relative_to(rootpath):
+        data["embedding_cache_dir"] = cache.relative_to(rootpath).as_posix()
     return data
 
 
 def _controller_settings(config: pytest.Config) -> dict[str, Any]:
     """Settings for the report when this process verified nothing itself (xdist controller)."""
     try:
-        from pytest_citations.settings import Settings
-
-        cassette_dir = Path(
-            config.getoption("citations_cassette_dir")
-            or _ini(config, "citations_cassette_dir")
-            or DEFAULT_CASSETTE_DIR
-        )
-        if not cassette_dir.is_absolute():
-            cassette_dir = config.rootpath / cassette_dir
-        defaults: dict[str, Any] = {"embedding_cache_dir": cassette_dir / "embeddings"}
-        cli: dict[str, Any] = {}
-        for flag, ini, field, _text in _SETTING_OPTIONS:
-            if (value := _ini(config, ini)) is not None:
-                defaults[field] = value
-            if (value := config.getoption(flag.lstrip("-").replace("-", "_"))) is not None:
-                cli[field] = value
-        return _settings_json(Settings.from_env(defaults=defaults, **cli))
+        settings = _build_settings(config, _configured_cassette_dir(config))
     except Exception as error:  # the report must not fail on a settings problem
         return {"error": str(error)}
+    return _settings_json(settings, config.rootpath)
 
 
 class _Collector:

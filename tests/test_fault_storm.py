@@ -819,3 +819,31 @@ def test_a_recording_made_with_the_js_token_replays_without_it(
     offline = Settings(fetcher="crawlbase")
     replayed = asyncio.run(fetch_page(url, offline, CassetteRecorder(tmp_path, record_mode="none")))
     assert replayed.text == recorded.text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pipeline._judged lets JudgeError leave the recorder session, so the judge "
+    "cassette of a judge_error verdict is never saved and the replay raises "
+    "CassetteMissingError (see docs/performance.md)",
+)
+def test_a_judge_error_verdict_replays_from_its_cassette(tmp_path: Path) -> None:
+    from pytest_citations.cassettes import CassetteRecorder
+
+    state = StormState(pages={"/p/0/0": ("clean", 0, "P0-0")})
+    brain = StormBrain(script=_script)
+    brain.plans = {"P0-0": judge_faults("malformed_twice")}
+    with Simulator(StormSite, state) as site, JudgeSimulator(StormJudge, brain) as judge:
+        live = Settings(
+            openai_api_key=FAKE_KEY,
+            openai_base_url=judge.url + "/v1",
+            fetcher="direct",
+            allow_private_hosts=True,
+        )
+        recorder = CassetteRecorder(tmp_path, record_mode="once", allow_private_hosts=True)
+        url = site.url + "/p/0/0"
+        first = Verifier(live, embedder=FakeEmbedder(), recorder=recorder).verify(fact(0), url)
+    assert first.citations[0].reason == "judge_error"
+    replayer = CassetteRecorder(tmp_path, record_mode="none")
+    again = Verifier(Settings(fetcher="direct"), embedder=FakeEmbedder(), recorder=replayer)
+    assert again.verify(fact(0), url).citations[0].reason == "judge_error"

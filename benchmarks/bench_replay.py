@@ -1,0 +1,257 @@
+"""Replay throughput (warm embedding cache) and cold-embedding overhead.
+
+1. Generates a 100-claim / 200-citation pytest suite over the website simulator
+   (scripted pages) and the OpenAI simulator (scripted verdicts: fixtures, not a
+   model), and records it once (``--citations-record-mode=once``; this run
+   loads MiniLM and fills the embedding cache beside the cassettes).
+2. Warm replay: ``CI=1`` (record mode ``none``), no keys, simulators stopped.
+   Citations per second beyond pytest's own start-up (the same suite's
+   ``--collect-only`` time is subtracted), and whether torch / numpy /
+   sentence_transformers / transformers were imported (they must not be).
+3. Cold: the same cassettes replayed in-process with an EMPTY embedding cache,
+   MiniLM already loaded; pipeline time vs raw ``SentenceTransformer.encode``
+   over exactly the texts the pipeline embedded. ratio = raw / pipeline
+   (1.0 = the pipeline adds nothing over the model).
+
+Summary lines:
+``BENCH replay citations_per_s=... target>=200 torch_imported=False ...``
+``BENCH replay_cold ratio=... target>=0.9 ...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (
+    HEAVY_MODULES,
+    PYTHON,
+    article_html,
+    bench_line,
+    clean_env,
+    fact_sentence,
+    filler_paragraph,
+    median,
+    run,
+)
+
+PROBE = """
+import json, sys, time, pytest
+start = time.perf_counter()
+rc = pytest.main(sys.argv[1:])
+print("@@RESULT@@" + json.dumps({"rc": int(rc), "seconds": time.perf_counter() - start,
+      "modules": {m: m in sys.modules for m in %r}}))
+"""
+
+
+def start_simulators(claims: int):
+    from simulators.openai import OpenAIHandler
+    from simulators.scripted import JudgeSimulator, Verdict
+    from simulators.website import Route, start_website
+
+    routes = {}
+    for i in range(claims):
+        for j in range(2):
+            paragraphs = [
+                fact_sentence(i) + " " + filler_paragraph(f"{i}-{j}-a", 120),
+                filler_paragraph(f"{i}-{j}-b", 190),
+                filler_paragraph(f"{i}-{j}-c", 150),
+            ]
+            html = article_html(f"Widget {i} ({j})", paragraphs)
+            routes[f"/w/{i}/{j}"] = Route(body=html.encode(), content_type="text/html; charset=utf-8")
+    site = start_website(routes)
+
+    def script(claim: str, passages: list[str]) -> Verdict:
+        for passage in passages:
+            if claim in passage:
+                return Verdict("supported", claim, 0.95)
+        return Verdict("not_found", None, 0.3)
+
+    judge = JudgeSimulator(OpenAIHandler).start()
+    judge.brain.script = script
+    return site, judge
+
+
+def make_suite(root: Path, site_url: str, claims: int) -> Path:
+    suite = root / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text(
+        "[pytest]\ncitations_cassette_dir = cassettes\ncitations_fetcher = direct\n",
+        encoding="utf-8",
+    )
+    per_file = 20
+    for f in range(0, claims, per_file):
+        lines = []
+        for i in range(f, min(f + per_file, claims)):
+            urls = [f"{site_url}/w/{i}/0", f"{site_url}/w/{i}/1"]
+            lines.append(
+                f"def test_claim_{i}(verify_citation):\n"
+                f"    assert verify_citation({fact_sentence(i)!r}, {urls!r}) == 'supported'\n"
+            )
+        (suite / f"test_claims_{f:03d}.py").write_text("\n".join(lines), encoding="utf-8")
+    return suite
+
+
+def pytest_probe(suite: Path, env: dict[str, str], *args: str) -> dict:
+    seconds, proc = run(
+        [PYTHON, "-c", PROBE % (HEAVY_MODULES,), "-q", "-p", "no:cacheprovider", *args],
+        env=env,
+        cwd=suite,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("@@RESULT@@")]
+    if not lines:
+        raise SystemExit(f"pytest probe failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("@@RESULT@@"):])
+    result["wall"] = seconds
+    if result["rc"] != 0:
+        raise SystemExit(f"pytest failed (rc {result['rc']}):\n{proc.stdout[-3000:]}")
+    return result
+
+
+def cold(suite: Path, claims: list[tuple[str, list[str]]]) -> dict:
+    """Replay with an empty embedding cache, MiniLM loaded; vs raw encode of the same texts."""
+    from pytest_citations.cassettes import CassetteRecorder
+    from pytest_citations.pipeline import Verifier
+    from pytest_citations.retrieval import EMBEDDING_BATCH_SIZE, CachedEmbedder, MiniLMEmbedder
+    from pytest_citations.settings import Settings
+
+    minilm = MiniLMEmbedder()
+    load_start = time.perf_counter()
+    minilm.embed(["warm-up"])
+    load_s = time.perf_counter() - load_start
+    seen: list[str] = []
+
+    class Spy:
+        name = minilm.name
+
+        def embed(self, texts):
+            seen.extend(texts)
+            return minilm.embed(texts)
+
+    with tempfile.TemporaryDirectory() as empty:
+        verifier = Verifier(
+            Settings(fetcher="direct"),
+            embedder=CachedEmbedder(Spy(), empty),
+            recorder=CassetteRecorder(suite / "cassettes", record_mode="none"),
+        )
+
+        async def all_claims() -> list:
+            return [await verifier.averify(claim, urls) for claim, urls in claims]
+
+        start = time.perf_counter()
+        verdicts = asyncio.run(all_claims())
+        pipeline_s = time.perf_counter() - start
+    assert all(v.label == "supported" for v in verdicts), [v.label for v in verdicts]
+    model = minilm._load()
+    timings = {}
+    for batch in (EMBEDDING_BATCH_SIZE, 32):
+        start = time.perf_counter()
+        model.encode(seen, batch_size=batch, normalize_embeddings=True, show_progress_bar=False)
+        timings[batch] = time.perf_counter() - start
+    from _common import ru_maxrss_mib
+
+    return {
+        "texts": len(seen),
+        "pipeline_s": pipeline_s,
+        "raw_same_batch_s": timings[EMBEDDING_BATCH_SIZE],
+        "raw_batch32_s": timings[32],
+        "model_load_s": load_s,
+        "batch": EMBEDDING_BATCH_SIZE,
+        "rss_mib": ru_maxrss_mib(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cold-claims", type=int, default=30,
+                        help="claims replayed cold (MiniLM on CPU: ~12 passages/s)")
+    parser.add_argument("--keep", type=Path, help="keep the generated suite here")
+    args = parser.parse_args(argv)
+
+    tmp = tempfile.TemporaryDirectory()
+    root = args.keep or Path(tmp.name)
+    root.mkdir(parents=True, exist_ok=True)
+    site, judge = start_simulators(args.claims)
+    try:
+        suite = make_suite(root, site.url, args.claims)
+        record_env = clean_env()
+        record_env.update(
+            OPENAI_API_KEY="sk-test-SECRET123",
+            OPENAI_BASE_URL=judge.url + "/v1",
+            CITATIONS_ALLOW_PRIVATE_HOSTS="1",
+        )
+        record = pytest_probe(suite, record_env, "--citations-record-mode=once")
+    finally:
+        site.stop()
+        judge.stop()
+    replay_env = clean_env()
+    replay_env["CI"] = "1"
+    collect, replay = [], []
+    modules: dict[str, bool] = {}
+    for _ in range(args.runs):
+        collect.append(pytest_probe(suite, replay_env, "--collect-only")["wall"])
+        result = pytest_probe(suite, replay_env)
+        replay.append(result["wall"])
+        modules = {m: modules.get(m, False) or v for m, v in result["modules"].items()}
+    citations = 2 * args.claims
+    beyond = median(replay) - median(collect)
+    rate = citations / beyond
+    heavy = [m for m, v in modules.items() if v]
+    ok = rate >= 200 and not heavy
+    print(
+        bench_line(
+            "replay",
+            citations_per_s=round(rate, 1),
+            target=">=200",
+            torch_imported=modules.get("torch", False),
+            heavy_modules=",".join(heavy) or "none",
+            citations=citations,
+            replay_s=round(median(replay), 3),
+            collect_s=round(median(collect), 3),
+            ok=ok,
+        )
+    )
+    print(f"  record run (live simulators, MiniLM cold, {citations} citations): "
+          f"{record['wall']:.1f}s wall")
+    print(f"  replay runs: {[round(x, 3) for x in replay]}  collect-only: "
+          f"{[round(x, 3) for x in collect]}")
+    cassettes = list((suite / "cassettes").rglob("*.yaml"))
+    vectors = list((suite / "cassettes").rglob("*.vec"))
+    print(f"  cassettes: {len(cassettes)} yaml, {len(vectors)} cached vectors")
+
+    n = min(args.cold_claims, args.claims)
+    claims = [
+        (fact_sentence(i), [f"{site.url}/w/{i}/0", f"{site.url}/w/{i}/1"]) for i in range(n)
+    ]
+    c = cold(suite, claims)
+    ratio = c["raw_same_batch_s"] / c["pipeline_s"]
+    ratio32 = c["raw_batch32_s"] / c["pipeline_s"]
+    print(
+        bench_line(
+            "replay_cold",
+            ratio=round(ratio, 3),
+            target=">=0.9",
+            ratio_vs_batch32=round(ratio32, 3),
+            claims=n,
+            texts=c["texts"],
+            pipeline_s=round(c["pipeline_s"], 2),
+            raw_encode_s=round(c["raw_same_batch_s"], 2),
+            ok=ratio >= 0.9,
+        )
+    )
+    print(f"  raw encode, batch_size={c['batch']} (the pipeline's): {c['raw_same_batch_s']:.2f}s; "
+          f"batch_size=32: {c['raw_batch32_s']:.2f}s; model load {c['model_load_s']:.1f}s; "
+          f"peak RSS with the model loaded {c['rss_mib']:.0f} MiB")
+    tmp.cleanup()
+    return 0 if ok and ratio >= 0.9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
