@@ -32,12 +32,53 @@ HEAVY_MODULES = ("torch", "sentence_transformers", "transformers", "numpy")
 #: Lighter modules reported for information (each costs tens of milliseconds).
 REPORTED_MODULES = ("httpx", "pydantic", "vcr", "yaml", "trafilatura", "lxml")
 
-FILLER_WORDS = (
-    "the survey team recorded measurements across several coastal stations during "
-    "a long season and compared every reading with archived values from earlier "
-    "expeditions so that drift in the instruments could be corrected before the "
-    "results were published in the annual report of the regional observatory"
-).split()
+FILLER_WORDS = [
+    "the",
+    "survey",
+    "team",
+    "recorded",
+    "measurements",
+    "across",
+    "several",
+    "coastal",
+    "stations",
+    "during",
+    "a",
+    "long",
+    "season",
+    "and",
+    "compared",
+    "every",
+    "reading",
+    "with",
+    "archived",
+    "values",
+    "from",
+    "earlier",
+    "expeditions",
+    "so",
+    "that",
+    "drift",
+    "in",
+    "the",
+    "instruments",
+    "could",
+    "be",
+    "corrected",
+    "before",
+    "the",
+    "results",
+    "were",
+    "published",
+    "in",
+    "the",
+    "annual",
+    "report",
+    "of",
+    "the",
+    "regional",
+    "observatory",
+]
 
 
 def fact_sentence(i: int) -> str:
@@ -49,7 +90,9 @@ def filler_paragraph(seed: str, words: int) -> str:
     """Deterministic prose of ``words`` words; ``seed`` varies the order."""
     digest = hashlib.sha256(seed.encode()).digest()
     start = digest[0] % len(FILLER_WORDS)
-    out = [FILLER_WORDS[(start + n * (1 + digest[1] % 5)) % len(FILLER_WORDS)] for n in range(words)]
+    out = [
+        FILLER_WORDS[(start + n * (1 + digest[1] % 5)) % len(FILLER_WORDS)] for n in range(words)
+    ]
     return " ".join(out).capitalize() + "."
 
 
@@ -68,8 +111,13 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = 900) -> tuple[float, subprocess.CompletedProcess[str]]:
+def run(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 900,
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     """Run a command, returning (wall seconds, completed process)."""
     full_env = dict(os.environ)
     if env:
@@ -84,9 +132,18 @@ def run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | No
 def clean_env() -> dict[str, str]:
     """The environment minus every variable that changes what the pipeline does."""
     drop = {
-        "CI", "CRAWLBASE_TOKEN", "CRAWLBASE_JS_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY", "JUDGE_PROVIDER", "JUDGE_MODEL", "CITATIONS_FETCHER",
-        "CITATIONS_RECORD_MODE", "CITATIONS_EMBEDDING_CACHE", "PYTEST_ADDOPTS",
+        "CI",
+        "CRAWLBASE_TOKEN",
+        "CRAWLBASE_JS_TOKEN",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "JUDGE_PROVIDER",
+        "JUDGE_MODEL",
+        "CITATIONS_FETCHER",
+        "CITATIONS_RECORD_MODE",
+        "CITATIONS_EMBEDDING_CACHE",
+        "PYTEST_ADDOPTS",
         "PYTEST_XDIST_WORKER",
     }
     return {k: v for k, v in os.environ.items() if k not in drop}

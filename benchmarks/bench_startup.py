@@ -71,10 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             cwd=suite,
         )
         line = next(x for x in probe.stdout.splitlines() if x.startswith("@@MODULES@@"))
-        info = json.loads(line[len("@@MODULES@@"):])
+        info = json.loads(line[len("@@MODULES@@") :])
         plugin_loaded_probe = run(
-            [PYTHON, "-c", "import pytest_citations.plugin, sys; "
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (watched,)],
+            [
+                PYTHON,
+                "-c",
+                "import pytest_citations.plugin, sys; "
+                f"print(sorted(m for m in sys.modules if m.split('.')[0] in {watched!r}))",
+            ],
             env=env,
             cwd=suite,
         )[1].stdout.strip()
@@ -97,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             ok=ok,
         )
     )
-    print(f"  suite: {args.tests} tests, pytest --collect-only -q, {args.runs} interleaved runs each")
+    print(
+        f"  suite: {args.tests} tests, pytest --collect-only -q, {args.runs} interleaved runs each"
+    )
     print(f"  with plugin    : median {m_with:.3f}s  runs {[round(x, 3) for x in with_plugin]}")
     print(f"  -p no:citations: median {m_without:.3f}s  runs {[round(x, 3) for x in without]}")
     print(f"  modules after collection with the plugin: {info['modules']}")

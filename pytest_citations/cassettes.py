@@ -527,14 +527,14 @@ class CassetteTransport(httpx.AsyncBaseTransport):
             raw = b"".join([part async for part in response.aiter_raw()])
         finally:
             await response.aclose()
-        cassette.append(
-            vcr_request,
-            {
-                "status": {"code": response.status_code, "message": response.reason_phrase},
-                "headers": _headers_dict(response.headers),
-                "body": {"string": raw},
-            },
-        )
+        # Scrubbed before vcrpy sees it: vcrpy logs the response it is given (INFO)
+        # before applying before_record_response, and storage_url holds the token.
+        recorded = {
+            "status": {"code": response.status_code, "message": response.reason_phrase},
+            "headers": _headers_dict(response.headers),
+            "body": {"string": raw},
+        }
+        cassette.append(vcr_request, scrub_response(recorded, self._recorder.secrets))
         return httpx.Response(
             response.status_code,
             headers=response.headers.multi_items(),

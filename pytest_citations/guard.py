@@ -19,11 +19,25 @@ from pytest_citations.models import Label, Reason
 
 _QUOTES = str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'", "\u00a0": " "})
 _SPACE = re.compile(r"\s+")
+#: Inline Markdown a reader never sees: pages arrive as Markdown (Crawlbase
+#: ``format=md``, trafilatura), while a quote is copied from the rendered page.
+#: ``[text](url)`` and ``![alt](url)`` keep their text; ``**``, ``__`` and
+#: backticks go; ``*word*`` emphasis keeps the word (a lone ``*``, as in
+#: ``a * b``, stays).
+_MARKDOWN_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
+_MARKDOWN_MARKS = re.compile(r"\*\*|__|`+")
+_MARKDOWN_EMPHASIS = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]*?\S)\*(?![\w*])")
 
 
 def normalize(text: str) -> str:
-    """Fold curly quotes, collapse whitespace, strip: a quote matches across line wraps."""
-    return _SPACE.sub(" ", text.translate(_QUOTES)).strip()
+    """Fold curly quotes, drop inline Markdown, collapse whitespace, strip.
+
+    Applied to both sides of every comparison, so a quote matches across line
+    wraps and across ``**bold**`` or ``[links](...)`` in the Markdown page.
+    """
+    plain = _MARKDOWN_LINK.sub(r"\1", text.translate(_QUOTES))
+    plain = _MARKDOWN_EMPHASIS.sub(r"\1", _MARKDOWN_MARKS.sub("", plain))
+    return _SPACE.sub(" ", plain).strip()
 
 
 def quote_in_passages(quote: str, passages: Iterable[str]) -> bool:
@@ -77,15 +91,29 @@ def find_quote(quote: str, sections: Mapping[str, str]) -> str | None:
     return None
 
 
-def containing_passage(quote: str, passages: Sequence[str]) -> int | None:
-    """Index of the first passage that contains the quote, or None."""
+def passages_holding(quote: str, passages: Sequence[str]) -> str | None:
+    """The passage, or run of consecutive passages, that holds the quote; None if absent.
+
+    Passages partition the page, so a quote may straddle one cut or several
+    (a long quote, small passages): it is found in the passages joined back
+    together, and the judge reads exactly the passages it spans.
+    """
     needle = normalize(quote)
     if not needle:
         return None
-    for index, passage in enumerate(passages):
-        if needle in normalize(passage):
-            return index
-    return None
+    texts = [normalize(passage) for passage in passages]
+    starts: list[int] = []
+    offset = 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text) + 1  # the joining space
+    position = " ".join(texts).find(needle)
+    if position < 0:
+        return None
+    end = position + len(needle)
+    first = max(i for i, start in enumerate(starts) if start <= position)
+    last = max(i for i, start in enumerate(starts) if start < end)
+    return " ".join(passages[first : last + 1])
 
 
 def closest_passage(quote: str, passages: Sequence[str]) -> tuple[str | None, float]:

@@ -9,7 +9,6 @@ and turns every outcome into a :class:`CitationVerdict`.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,10 +17,9 @@ from pytest_citations.aggregate import aggregate
 from pytest_citations.errors import ConfigurationError, InvalidCitationError
 from pytest_citations.guard import (
     closest_passage,
-    containing_passage,
     find_quote,
     guard_judgement,
-    normalize,
+    passages_holding,
 )
 from pytest_citations.models import CitationVerdict, ClaimVerdict, Label, Reason
 from pytest_citations.passages import split_passages
@@ -126,6 +124,7 @@ class Verifier:
     ) -> ClaimVerdict:
         """Verify one claim against each source; citations run concurrently."""
         claim, source_list = _validate(claim, sources, quote, section)
+        quote, section = _blank_to_none(quote), _blank_to_none(section)
         verdicts = await asyncio.gather(
             *(
                 self.averify_citation(claim, source, quote=quote, section=section)
@@ -183,14 +182,13 @@ class Verifier:
         sections = page.sections or {}
         passages = split_passages(page.text, self.settings.max_words)
         if quote is not None:
-            if sections:
-                number = find_quote(quote, sections)
-                if number is not None:
-                    return [sections[number]], None
-            else:
-                found = _passage_holding(quote, passages)
-                if found is not None:
-                    return [found], None
+            number = find_quote(quote, sections) if sections else None
+            if number is not None:
+                return [sections[number]], None
+            # Not sectioned, or outside every numbered section (an RFC's abstract).
+            found = passages_holding(quote, passages)
+            if found is not None:
+                return [found], None
             near, similarity = closest_passage(quote, passages)
             return [], {
                 "label": Label.fabricated,
@@ -274,19 +272,6 @@ class Verifier:
         )
 
 
-def _passage_holding(quote: str, passages: list[str]) -> str | None:
-    """The passage containing the quote; two neighbours joined when it spans a cut."""
-    index = containing_passage(quote, passages)
-    if index is not None:
-        return passages[index]
-    needle = normalize(quote)
-    for first, second in itertools.pairwise(passages):
-        joined = f"{first} {second}"
-        if needle and needle in normalize(joined):
-            return joined
-    return None
-
-
 def _validate(
     claim: object, sources: object, quote: object, section: object
 ) -> tuple[str, list[str]]:
@@ -302,6 +287,11 @@ def _validate(
         if value is not None and not isinstance(value, str):
             raise InvalidCitationError(f"{name} must be a string or None, got {value!r}")
     return claim.strip(), [source.strip() for source in sources]
+
+
+def _blank_to_none(value: str | None) -> str | None:
+    """An empty quote or section names nothing: treat it as absent, not as a claim."""
+    return value if value is not None and value.strip() else None
 
 
 def _run_in_thread(coroutine: Any) -> Any:

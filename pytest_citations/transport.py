@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
+import re
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -39,6 +41,43 @@ MISSING_CREDENTIAL = "pytest_citations.missing_credential"
 #: Request extension set on direct page fetches: resolve the host and refuse
 #: non-public addresses before connecting.
 GUARD_ADDRESS = "pytest_citations.guard_address"
+
+
+#: ``token=<value>`` in a query string, as in Crawlbase's ``storage_url`` header.
+_TOKEN_IN_QUERY = re.compile(r"(token=)[^&\s'\"<>]+")
+#: Loggers that write raw wire data: httpcore's DEBUG trace prints response
+#: headers, and Crawlbase's ``storage_url`` header holds the token. (A logger's
+#: filter does not apply to its children's records, hence the full names.)
+_WIRE_LOGGERS = (
+    "httpx",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.connection",
+    "httpcore.connection_pool",
+    "vcr.cassette",
+    "vcr.stubs",
+)
+
+
+class _RedactTokens(logging.Filter):
+    """Masks ``token=…`` query values in a log record before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "token=" in message:
+            record.msg = _TOKEN_IN_QUERY.sub(r"\1***", message)
+            record.args = ()
+        return True
+
+
+def _install_log_redaction() -> None:
+    for name in _WIRE_LOGGERS:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _RedactTokens) for f in target.filters):
+            target.addFilter(_RedactTokens())
+
+
+_install_log_redaction()
 
 
 class BlockedAddressError(httpx.ConnectError):
@@ -68,6 +107,8 @@ async def _resolve(host: str, port: int) -> list[str]:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise ResolutionError(f"cannot resolve host {host!r}: {error.strerror}") from None
+    except UnicodeError:
+        raise ResolutionError(f"cannot resolve host {host!r}: not a valid host name") from None
     return sorted({str(info[4][0]) for info in infos})
 
 

@@ -620,10 +620,14 @@ CRAWL_KINDS: tuple[tuple[str, int, tuple[str, str | None]], ...] = (
 
 
 def _crawl_target(kind: str, i: int) -> Target:
-    text = f"# Widget catalogue\n\n{fact(i)} This is page marker C{i}.\n\n" + (
-        "The survey team recorded measurements across several coastal stations and "
-        "compared every reading with archived values from earlier expeditions. "
-    ) * 3
+    text = (
+        f"# Widget catalogue\n\n{fact(i)} This is page marker C{i}.\n\n"
+        + (
+            "The survey team recorded measurements across several coastal stations and "
+            "compared every reading with archived values from earlier expeditions. "
+        )
+        * 3
+    )
     if kind == "api_429":
         return Target(markdown=text, api_errors=[429], retry_after="0")
     if kind == "api_5xx":
@@ -698,8 +702,12 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
         stderr = io.StringIO()
         live = asyncio.run(
             run_batch(
-                BatchOptions(input=source, out=tmp_path / "live.csv", concurrency=16,
-                             audit=tmp_path / "audit.sqlite3"),
+                BatchOptions(
+                    input=source,
+                    out=tmp_path / "live.csv",
+                    concurrency=16,
+                    audit=tmp_path / "audit.sqlite3",
+                ),
                 verifier("once", settings),
                 stderr=stderr,
                 secrets=settings.secret_values(),
@@ -707,8 +715,9 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
         )
     labels = [(row.verdict.label.value, row.verdict.reason) for row in live.rows if row.verdict]
     assert len(labels) == total and not live.errors
-    wrong = [(kind, got) for (url, kind), got in zip(plan, labels, strict=True)
-             if got != expected[kind]]
+    wrong = [
+        (kind, got) for (url, kind), got in zip(plan, labels, strict=True) if got != expected[kind]
+    ]
     assert not wrong, f"{len(wrong)} mislabelled, e.g. {wrong[:5]}"
     for url, _ in plan:
         calls = sum(state.calls_for(url).values())
@@ -716,8 +725,10 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
     # The rendered (JavaScript) request went out only where a signal asked for it.
     for url, kind in plan:
         js = sum(n for mode, n in state.calls_for(url).items() if mode.startswith("js"))
-        assert (js > 0) == (kind in {"failed_crawl_js_ok", "failed_crawl_always",
-                                     "empty_200_js_ok", "empty_200_always"}), (kind, js)
+        assert (js > 0) == (
+            kind
+            in {"failed_crawl_js_ok", "failed_crawl_always", "empty_200_js_ok", "empty_200_always"}
+        ), (kind, js)
 
     written = [p for p in cassettes.rglob("*") if p.is_file()]
     assert written

@@ -16,6 +16,7 @@ it recorded), never a ``TypeError`` from three layers down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -44,13 +45,54 @@ SETTINGS = Settings(max_page_bytes=4096)
 # --------------------------------------------------------------------- HTML and content
 
 HOSTILE_TOKENS = [
-    "<html>", "</html>", "<body>", "<div>", "</div>", "<p>", "</p>", "<article>", "</article>",
-    "<table><tr><td>", "</td></tr></table>", "<script>", "</script>", "<style>", "</style>",
-    "<!--", "-->", "<![CDATA[", "]]>", "<!doctype html>", "<?xml version='1.0'?>",
-    "&amp;", "&#0;", "&#x110000;", "&#xD800;", "&nbsp;", "&bogus;", "\x00", "\ufeff", "\u202e",
-    "<meta charset='utf-7'>", "<img src=x onerror=alert(1)>", "<a href='javascript:x'>",
-    "<svg><foreignObject><p>", "<math><mi>", "<template>", "<frameset>", "<noscript>",
-    "<h1>", "</h1>", "<pre>", "</pre>", "<ul><li>", "<br/>", "<" * 5, ">" * 5, "\r\n", "\f",
+    "<html>",
+    "</html>",
+    "<body>",
+    "<div>",
+    "</div>",
+    "<p>",
+    "</p>",
+    "<article>",
+    "</article>",
+    "<table><tr><td>",
+    "</td></tr></table>",
+    "<script>",
+    "</script>",
+    "<style>",
+    "</style>",
+    "<!--",
+    "-->",
+    "<![CDATA[",
+    "]]>",
+    "<!doctype html>",
+    "<?xml version='1.0'?>",
+    "&amp;",
+    "&#0;",
+    "&#x110000;",
+    "&#xD800;",
+    "&nbsp;",
+    "&bogus;",
+    "\x00",
+    "\ufeff",
+    "\u202e",
+    "<meta charset='utf-7'>",
+    "<img src=x onerror=alert(1)>",
+    "<a href='javascript:x'>",
+    "<svg><foreignObject><p>",
+    "<math><mi>",
+    "<template>",
+    "<frameset>",
+    "<noscript>",
+    "<h1>",
+    "</h1>",
+    "<pre>",
+    "</pre>",
+    "<ul><li>",
+    "<br/>",
+    "<" * 5,
+    ">" * 5,
+    "\r\n",
+    "\f",
     "Water boils at 100 degrees Celsius at sea level. ",
 ]
 
@@ -66,10 +108,20 @@ deep_nesting = st.builds(
 )
 
 CONTENT_TYPES = [
-    "", "text/html", "text/html; charset=utf-8", "text/html; charset=utf-16",
-    "text/html; charset=x-bogus", "text/plain; charset=latin-1", "application/pdf",
-    "application/octet-stream", "image/png", "application/json", "application/xhtml+xml",
-    "text/html; charset=", ";;;", "TEXT/HTML; CHARSET=UTF-8",
+    "",
+    "text/html",
+    "text/html; charset=utf-8",
+    "text/html; charset=utf-16",
+    "text/html; charset=x-bogus",
+    "text/plain; charset=latin-1",
+    "application/pdf",
+    "application/octet-stream",
+    "image/png",
+    "application/json",
+    "application/xhtml+xml",
+    "text/html; charset=",
+    ";;;",
+    "TEXT/HTML; CHARSET=UTF-8",
 ]
 
 
@@ -184,7 +236,9 @@ def test_unreadable_local_sources_raise_source_error(tmp_path: Path) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 record_like = st.fixed_dictionaries(
@@ -192,7 +246,9 @@ record_like = st.fixed_dictionaries(
     optional={
         "id": st.one_of(st.text(max_size=5), st.integers(), st.booleans(), st.none()),
         "claim": st.one_of(st.text(max_size=20), json_values),
-        "urls": st.one_of(st.lists(st.text(max_size=15), max_size=3), st.text(max_size=15), json_values),
+        "urls": st.one_of(
+            st.lists(st.text(max_size=15), max_size=3), st.text(max_size=15), json_values
+        ),
         "quote": st.one_of(st.none(), st.text(max_size=10), st.integers()),
         "section": st.one_of(st.none(), st.text(max_size=5), st.lists(st.integers())),
     },
@@ -207,7 +263,9 @@ jsonl_line = st.one_of(
 @SLOW
 @given(
     st.one_of(
-        st.lists(jsonl_line, max_size=15).map(lambda lines: "\n".join(lines).encode("utf-8", "surrogatepass")),
+        st.lists(jsonl_line, max_size=15).map(
+            lambda lines: "\n".join(lines).encode("utf-8", "surrogatepass")
+        ),
         st.binary(max_size=800),
     )
 )
@@ -297,11 +355,11 @@ def test_any_cassette_file_replays_or_raises_a_cassette_error(
     recorder = CassetteRecorder(directory, record_mode="none")
 
     async def one_request() -> None:
-        async with recorder.session("page", key) as transport:
-            async with httpx.AsyncClient(transport=transport) as client:
-                await client.get("https://example.com/page")
+        async with (
+            recorder.session("page", key) as transport,
+            httpx.AsyncClient(transport=transport) as client,
+        ):
+            await client.get("https://example.com/page")
 
-    try:
+    with contextlib.suppress(CassetteError, httpx.TransportError):
         asyncio.run(one_request())
-    except (CassetteError, httpx.TransportError):
-        pass

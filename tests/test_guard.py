@@ -10,6 +10,7 @@ from pytest_citations.guard import (
     find_quote,
     guard_judgement,
     normalize,
+    passages_holding,
     quote_in_passages,
 )
 from pytest_citations.models import Label
@@ -118,3 +119,43 @@ def test_any_substring_of_a_passage_is_found(inner: str, before: str, after: str
     passage = before + inner + after
     if normalize(inner):
         assert quote_in_passages(inner, [passage]) == (normalize(inner) in normalize(passage))
+
+
+def test_markdown_emphasis_and_links_do_not_hide_a_verbatim_quote() -> None:
+    page = ["Pure water boils at **100 degrees Celsius** at [sea level](https://x.test/s)."]
+    assert quote_in_passages("Pure water boils at 100 degrees Celsius at sea level.", page)
+
+
+def test_a_lone_asterisk_is_kept() -> None:
+    assert normalize("a * b") == "a * b"
+    assert not quote_in_passages("a b", ["a * b"])
+
+
+def test_passages_holding_returns_the_one_passage_with_the_quote() -> None:
+    assert passages_holding("Ice melts", PASSAGES) == PASSAGES[1]
+
+
+def test_passages_holding_joins_every_passage_a_long_quote_spans() -> None:
+    passages = ["one two three", "four five six", "seven eight nine", "ten"]
+    assert passages_holding("three four five six seven", passages) == (
+        "one two three four five six seven eight nine"
+    )
+
+
+def test_passages_holding_is_none_for_an_absent_or_empty_quote() -> None:
+    assert passages_holding("eleven", ["one", "two"]) is None
+    assert passages_holding("  ", ["one"]) is None
+
+
+@given(st.lists(st.text(min_size=1), min_size=1, max_size=5), st.data())
+def test_any_span_of_the_joined_passages_is_held(passages: list[str], data: st.DataObject) -> None:
+    joined = " ".join(normalize(p) for p in passages)
+    if not joined.strip():
+        return
+    start = data.draw(st.integers(0, len(joined) - 1))
+    end = data.draw(st.integers(start + 1, len(joined)))
+    quote = joined[start:end]
+    if not normalize(quote) or normalize(quote) != quote.strip():
+        return
+    held = passages_holding(quote, passages)
+    assert held is not None and normalize(quote) in normalize(held)

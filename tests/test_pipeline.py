@@ -209,3 +209,47 @@ def test_the_sdk_fetcher_refuses_replay_only_mode(tmp_path: Path) -> None:
     settings = Settings(fetcher="crawlbase-sdk", crawlbase_token=NORMAL_TOKEN)
     with pytest.raises(ConfigurationError, match="crawlbase-sdk"):
         Verifier(settings, recorder=CassetteRecorder(tmp_path, record_mode="none"))
+
+
+def test_a_quote_from_an_rfc_abstract_is_found_outside_the_numbered_sections(
+    openai_sim: Any,
+) -> None:
+    settings = Settings(openai_api_key=FAKE_KEY, openai_base_url=openai_sim.url + "/v1")
+    verifier = Verifier(settings, embedder=FakeEmbedder())
+    quote = "JSON Web Token (JWT) is a compact, URL-safe means of representing claims"
+    citation = verifier.verify(
+        "JWTs are compact.", [str(EXAMPLE / "rfc7519.txt")], quote=quote
+    ).citations[0]
+    assert citation.label is not Label.fabricated
+    (request,) = openai_sim.brain.requests
+    assert quote in " ".join(json.loads(request.body)["messages"][1]["content"].split())
+
+
+def test_a_quote_copied_from_a_rendered_page_matches_its_markdown(
+    verifier: Verifier, crawlbase_api: Any, openai_sim: Any
+) -> None:
+    from simulators.crawlbase import Target
+
+    url = f"{SITE}/articles/bold"
+    crawlbase_api.state.targets[url] = Target(
+        markdown="# Bold\n\nPure water boils at **100 degrees Celsius** at sea level, "
+        "which is the figure every textbook gives for the boiling point of water.\n" * 3
+    )
+    quote = "Pure water boils at 100 degrees Celsius at sea level"
+    citation = verifier.verify(BOILING_SENTENCE, [url], quote=quote).citations[0]
+    assert citation.label is not Label.fabricated
+    assert len(openai_sim.brain.requests) == 1
+
+
+@pytest.mark.parametrize("quote", ["", "   "])
+def test_an_empty_quote_is_no_quote(verifier: Verifier, openai_sim: Any, quote: str) -> None:
+    openai_sim.brain.reply(BOILING_SENTENCE, "supported", BOILING_SENTENCE, 0.96)
+    assert verifier.verify(BOILING_SENTENCE, [BOILING], quote=quote) == "supported"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://a..b/x", "http://[1:2]/", "http://example.com:99999/", "http://" + "a" * 300]
+)
+def test_a_malformed_url_is_unreachable_not_a_crash(verifier: Verifier, url: str) -> None:
+    citation = verifier.verify(BOILING_SENTENCE, [url]).citations[0]
+    assert (citation.label, citation.reason) == (Label.unreachable, "invalid_url")

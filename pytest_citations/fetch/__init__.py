@@ -49,6 +49,25 @@ def fetcher_for(source: str, settings: Settings) -> str:
     return LOCAL_FETCHER if is_local_source(source.strip()) else settings.resolved_fetcher
 
 
+def _malformed(target: str) -> str | None:
+    """Why ``target`` is no usable URL (a bad IPv6 literal, port or host name), or None.
+
+    Checked before any fetcher runs, so a malformed citation is a label, never a crash.
+    """
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range
+        host = parts.hostname
+    except ValueError as error:
+        return f"malformed URL: {error}"
+    if host and parts.scheme.lower() in ("http", "https"):
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            return f"malformed host name {host[:80]!r}"
+    return None
+
+
 async def fetch_page(source: str, settings: Settings, recorder: Recorder) -> Page:
     """Fetch one source under the rules of DESIGN.md §5 (see the module docstring)."""
     from pytest_citations.fetch import rules
@@ -56,6 +75,9 @@ async def fetch_page(source: str, settings: Settings, recorder: Recorder) -> Pag
     target = source.strip()
     if not target:
         raise SourceError("a source must be a URL (http/https) or a local path, got ''")
+    why = _malformed(target)
+    if why is not None:
+        return rules.labelled(source, Label.unreachable, Reason.invalid_url, why)
     fetcher = fetcher_for(target, settings)
     if fetcher == LOCAL_FETCHER:
         from pytest_citations.fetch.local import load_local

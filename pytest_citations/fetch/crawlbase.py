@@ -40,7 +40,6 @@ only a live call is refused.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urljoin, urlsplit
 
@@ -66,40 +65,6 @@ FAILED_CRAWL_STATUS = 520
 EMPTY_PAGE_CB_STATUS = 207
 #: Request extension holding the token (a ``SecretStr``) for the wrapper transport.
 _TOKEN_EXTENSION = "pytest_citations.crawlbase_token"
-
-
-#: ``token=<value>`` in a query string, as it appears in ``storage_url``.
-_TOKEN_IN_QUERY = re.compile(r"(token=)[^&\s'\"<>]+")
-#: Loggers that write raw wire data: httpcore's DEBUG trace prints response
-#: headers, and Crawlbase's ``storage_url`` header holds the token.
-_WIRE_LOGGERS = (
-    "httpx",
-    "httpcore.http11",
-    "httpcore.http2",
-    "httpcore.connection",
-    "httpcore.connection_pool",
-)
-
-
-class _RedactTokens(logging.Filter):
-    """Masks ``token=…`` query values in a log record before any handler sees it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "token=" in message:
-            record.msg = _TOKEN_IN_QUERY.sub(r"\1***", message)
-            record.args = ()
-        return True
-
-
-def _install_log_redaction() -> None:
-    for name in _WIRE_LOGGERS:
-        target = logging.getLogger(name)
-        if not any(isinstance(f, _RedactTokens) for f in target.filters):
-            target.addFilter(_RedactTokens())
-
-
-_install_log_redaction()
 
 
 class CrawlbaseAuthError(ConfigurationError):

@@ -47,7 +47,10 @@ RFC_MARKER_WINDOW = 5000
 
 def is_local_source(source: str) -> bool:
     """A ``file://`` URL or a path (no scheme, or a Windows drive letter)."""
-    scheme = urlsplit(source).scheme.lower()
+    try:
+        scheme = urlsplit(source).scheme.lower()
+    except ValueError:  # a malformed URL (bad IPv6 literal): fetch_page labels it
+        return False
     return scheme == "file" or scheme == "" or (len(scheme) == 1 and scheme.isalpha())
 
 
