@@ -129,9 +129,13 @@ class LiveTransport(httpx.AsyncBaseTransport):
         if missing:
             variable, purpose = missing
             raise MissingCredentialError(variable, purpose)
-        if request.extensions.get(GUARD_ADDRESS) and not self.allow_private_hosts:
+        guarded = bool(request.extensions.get(GUARD_ADDRESS)) and not self.allow_private_hosts
+        if guarded:
             await self._check_host(request.url)
-        return await self._inner.handle_async_request(request)
+        response = await self._inner.handle_async_request(request)
+        if guarded:
+            await self._check_peer(request.url, response)
+        return response
 
     async def _check_host(self, url: httpx.URL) -> None:
         host = url.host
@@ -147,6 +151,26 @@ class LiveTransport(httpx.AsyncBaseTransport):
                     "CITATIONS_ALLOW_PRIVATE_HOSTS=1 (or ini citations_allow_private_hosts "
                     "= true) to allow it"
                 )
+
+    async def _check_peer(self, url: httpx.URL, response: httpx.Response) -> None:
+        """Refuse the answer if the connection ended up at a non-public address.
+
+        The host was resolved and checked before connecting, but the connection
+        resolves it again: a DNS answer that changes in between (DNS rebinding)
+        would slip past that check. The peer address is what was really reached,
+        and no byte of its body is read before it is checked.
+        """
+        stream = response.extensions.get("network_stream")
+        peer = stream.get_extra_info("server_addr") if stream is not None else None
+        if not peer:
+            return
+        address = str(peer[0])
+        if not is_public_address(address):
+            await response.aclose()
+            raise BlockedAddressError(
+                f"{url.host} was reached at {address}, a non-public address (its DNS answer "
+                "changed after the check); set CITATIONS_ALLOW_PRIVATE_HOSTS=1 to allow it"
+            )
 
     async def aclose(self) -> None:
         await self._inner.aclose()

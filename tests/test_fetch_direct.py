@@ -191,6 +191,23 @@ def test_loopback_is_blocked_without_connecting(website: Any) -> None:
     assert sum(website.state.hits.values()) == 0
 
 
+def test_dns_rebinding_is_caught_at_the_connected_address(
+    website: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check resolves to a public address; the connection then reaches loopback."""
+    from pytest_citations import transport
+
+    async def public_answer(host: str, port: int) -> list[str]:
+        return ["93.184.216.34"]
+
+    monkeypatch.setattr(transport, "_resolve", public_answer)
+    url = website.url.replace("127.0.0.1", "localhost") + "/articles/water-boiling-point"
+    page = fetch(url, private=False)
+    assert (page.label, page.reason) == (Label.unreachable, "blocked_address")
+    assert "non-public" in (page.detail or "")
+    assert website.state.completed.get("/articles/water-boiling-point", 0) <= 1
+
+
 def test_redirect_to_a_private_address_is_blocked_on_that_hop(website: Any) -> None:
     """Every hop is address-checked: a public page redirecting inward is refused."""
     import httpx
