@@ -52,6 +52,8 @@ DEFAULT_BASELINE_TOLERANCE = 0.0
 #: Shared by the controller and its xdist workers (they inherit the environment),
 #: so every audit row of one pytest session carries the same run id.
 RUN_ID_VARIABLE = "PYTEST_CITATIONS_RUN_ID"
+#: Key of the settings JSON a pytest-xdist worker hands its controller.
+_WORKER_SETTINGS = "citations_settings"
 
 #: (command-line flag, ini name, Settings field, help). Environment names come
 #: from settings.ENV_NAMES; precedence is command line > environment > ini > default.
@@ -640,9 +642,21 @@ class _Collector:
                     report.nodeid, claims, requests, outcomes.get(report.nodeid, "passed")
                 )
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """xdist controller: take the settings a worker really used (its conftests'
+        overrides included) for the report, rather than rebuilding the defaults."""
+        raw = getattr(node, "workeroutput", {}).get(_WORKER_SETTINGS)
+        state = self.config.stash.get(_STATE, None)
+        if raw and state is not None and state.settings_json is None:
+            state.settings_json = json.loads(raw)
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = session.config
         state = config.stash.get(_STATE, None)
+        if state is not None and _is_worker(config) and state.settings_json is not None:
+            output = config.workeroutput  # type: ignore[attr-defined]
+            output[_WORKER_SETTINGS] = json.dumps(state.settings_json)
         if state is None or _is_worker(config) or state.collected is None:
             return
         collected = state.collected

