@@ -732,11 +732,9 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
 
     written = [p for p in cassettes.rglob("*") if p.is_file()]
     assert written
-    # vcrpy's own log lines are checked in the xfail test below (a known leak).
-    ours = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("vcr"))
     _assert_no_secret(
         [*written, tmp_path / "live.csv", tmp_path / "audit.sqlite3"],
-        [stderr.getvalue(), ours],
+        [stderr.getvalue(), caplog.text],
     )
 
     # Replay offline, with no token or key: the same labels, request for request.
@@ -776,12 +774,6 @@ def test_a_judged_page_cut_at_max_page_bytes_says_so_in_its_verdict(
     assert citation.detail is not None and "cut" in citation.detail
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vcrpy logs the unscrubbed Crawlbase URL (vcr.request, DEBUG) and the response "
-    "before before_record_response (vcr.cassette, INFO: storage_url holds the token); "
-    "the token filter covers only httpx/httpcore loggers (see docs/performance.md)",
-)
 def test_vcr_log_lines_never_show_the_crawlbase_token(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
