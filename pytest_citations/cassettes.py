@@ -89,6 +89,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import httpx
+import yaml
 from vcr.cassette import Cassette
 from vcr.filters import decode_response
 from vcr.persisters.filesystem import FilesystemPersister
@@ -98,9 +99,9 @@ from vcr.serialize import serialize
 from vcr.serializers import jsonserializer, yamlserializer
 
 from pytest_citations import transport as transport_module
-from pytest_citations.errors import CassetteMissingError, SecretInCassetteError
+from pytest_citations.errors import CassetteError, CassetteMissingError, SecretInCassetteError
 from pytest_citations.settings import ENV_NAMES, SECRET_FIELDS
-from pytest_citations.transport import LiveTransport, UnitKind
+from pytest_citations.transport import LiveTransport, UnitKind, ssl_context
 
 if TYPE_CHECKING:
     from pytest_citations.settings import Settings
@@ -322,12 +323,18 @@ def scrub_response(response: dict[str, Any], secrets: Mapping[str, str]) -> dict
 # -- matching -----------------------------------------------------------------------
 
 
+#: Query parameters that say *how* a request was authorised, not what it asks for:
+#: a Crawlbase JavaScript escalation sends ``javascript=true`` on the normal token,
+#: or nothing with ``CRAWLBASE_JS_TOKEN``. A recording made one way replays the other.
+_UNMATCHED_QUERY = frozenset({*_SECRET_QUERY, "javascript"})
+
+
 def _normal_query(request: Any) -> list[tuple[str, str]]:
     pairs = parse_qsl(request.parsed_uri.query, keep_blank_values=True)
     return sorted(
         (name, strip_loopback_ports(value))
         for name, value in pairs
-        if name.lower() not in _SECRET_QUERY
+        if name.lower() not in _UNMATCHED_QUERY
     )
 
 
@@ -499,7 +506,7 @@ def _live_transport(allow_private_hosts: bool) -> LiveTransport:
     # send to ``inner``: wrap that so a user's vcrpy cassette cannot capture it.
     return LiveTransport(
         allow_private_hosts=allow_private_hosts,
-        inner=_UnpatchedHTTPTransport(httpx.AsyncHTTPTransport(verify=True, retries=0)),
+        inner=_UnpatchedHTTPTransport(httpx.AsyncHTTPTransport(verify=ssl_context(), retries=0)),
     )
 
 
@@ -663,6 +670,15 @@ class CassetteRecorder:
 
     def _cassette(self, path: Path) -> Any:
         mode = RecordMode(self.record_mode)
+        try:
+            return self._load(path, mode)
+        except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as error:
+            raise CassetteError(
+                f"cassette {path} is corrupt ({type(error).__name__}: {error}); "
+                "delete it and re-record (--citations-record-mode=once)"
+            ) from None
+
+    def _load(self, path: Path, mode: RecordMode) -> Any:
         return Cassette.load(
             path=str(path),
             serializer=yamlserializer,

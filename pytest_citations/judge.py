@@ -26,6 +26,7 @@ variables, never their values.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -624,7 +625,7 @@ _JUDGES: dict[str, type[_HttpJudge]] = {
 def make_judge(
     settings: Settings,
     *,
-    backoff: Backoff = DEFAULT_BACKOFF,
+    backoff: Backoff | None = None,
     sleep: Sleep = asyncio.sleep,
 ) -> Judge:
     """The judge ``settings.judge_provider`` names, using ``settings.model``.
@@ -640,4 +641,6 @@ def make_judge(
             f"JUDGE_PROVIDER={provider!r} is not a judge provider; choose one of "
             f"{', '.join(PROVIDERS)}."
         )
+    if backoff is None:
+        backoff = dataclasses.replace(DEFAULT_BACKOFF, base=settings.retry_backoff)
     return cls(settings, backoff=backoff, sleep=sleep)

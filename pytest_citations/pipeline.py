@@ -166,8 +166,8 @@ class Verifier:
 
         evidence, early = await self._evidence(claim, page, quote, section)
         if early is not None:
-            return CitationVerdict(**base, **early)
-        return await self._judged(claim, source, quote, section, evidence, base)
+            return CitationVerdict(**{"detail": page.detail, **base, **early})
+        return await self._judged(claim, source, quote, section, evidence, base, page.detail)
 
     async def _evidence(
         self, claim: str, page: Page, quote: str | None, section: str | None
@@ -230,6 +230,7 @@ class Verifier:
         section: str | None,
         evidence: list[str],
         base: dict[str, Any],
+        page_detail: str | None,
     ) -> CitationVerdict:
         from pytest_citations.judge import JudgeError
         from pytest_citations.transport import client_for
@@ -244,20 +245,25 @@ class Verifier:
             "model": judge.model,
             "pipeline": PIPELINE_VERSION,
         }
-        try:
-            async with (
-                self.recorder.session("judge", key) as transport,
-                client_for(transport, timeout=self.settings.timeout) as client,
-            ):
+        # The error is caught inside the session, so the cassette keeps the failed
+        # exchange and a judge_error verdict replays like any other.
+        failure: JudgeError | None = None
+        async with (
+            self.recorder.session("judge", key) as transport,
+            client_for(transport, timeout=self.settings.timeout) as client,
+        ):
+            try:
                 judgement = await judge.judge(client, claim, evidence)
-        except JudgeError as error:
+            except JudgeError as error:
+                failure = error
+        if failure is not None:
             return CitationVerdict(
                 **base,
                 label=Label.not_found,
                 reason=Reason.judge_error.value,
                 confidence=0.0,
                 needs_review=True,
-                detail=str(error),
+                detail=str(failure),
             )
         label, evidence_quote, confidence, reason = guard_judgement(
             judgement.label, judgement.evidence_quote, judgement.confidence, evidence
@@ -269,6 +275,7 @@ class Verifier:
             confidence=confidence,
             reason=reason,
             needs_review=confidence < self.settings.auto_accept,
+            detail=page_detail,  # e.g. "page cut at N bytes": the evidence was partial
         )
 
 

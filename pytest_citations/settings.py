@@ -49,6 +49,9 @@ DEFAULT_MAX_PAGE_BYTES = 2 * 1024 * 1024
 DEFAULT_TIMEOUT = 30.0
 #: Attempts on 429/5xx before a judge or fetch failure becomes a label.
 DEFAULT_RETRIES = 3
+#: First wait before a retry (doubled per attempt) when the server sends no
+#: Retry-After: long enough for a brief overload to pass, short enough for CI.
+DEFAULT_RETRY_BACKOFF = 0.5
 #: Seed 000's ``BATCH_CONCURRENCY`` default.
 DEFAULT_CONCURRENCY = 4
 
@@ -71,6 +74,7 @@ ENV_NAMES: dict[str, str] = {
     "allow_private_hosts": "CITATIONS_ALLOW_PRIVATE_HOSTS",
     "timeout": "CITATIONS_TIMEOUT",
     "retries": "CITATIONS_RETRIES",
+    "retry_backoff": "CITATIONS_RETRY_BACKOFF",
     "max_page_bytes": "CITATIONS_MAX_PAGE_BYTES",
     "embedding_cache_dir": "CITATIONS_EMBEDDING_CACHE",
     "batch_concurrency": "BATCH_CONCURRENCY",
@@ -110,6 +114,7 @@ class Settings(BaseModel):
     allow_private_hosts: bool = False
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
     retries: int = Field(default=DEFAULT_RETRIES, ge=0)
+    retry_backoff: float = Field(default=DEFAULT_RETRY_BACKOFF, ge=0)
     max_page_bytes: int = Field(default=DEFAULT_MAX_PAGE_BYTES, ge=1024)
     embedding_cache_dir: Path | None = None
     batch_concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import functools
 import io
 import json
 import logging
@@ -285,14 +284,6 @@ class StormJudge(OpenAIHandler):
         self.answer(recorded, fault)
 
 
-def _wide_backlog(*sims: Simulator) -> None:
-    """``socketserver``'s listen backlog is 5: 32 concurrent connects overflow it, the
-    kernel drops SYNs and the client sees a ConnectTimeout one second later. Real
-    servers listen with a deep backlog; so do the storm's simulators."""
-    for sim in sims:
-        sim._server.socket.listen(256)
-
-
 @dataclass
 class StormBrain(ScriptedJudge):
     plans: dict[str, list[Fault]] = field(default_factory=dict)
@@ -355,30 +346,14 @@ def _assert_no_secret(paths: list[Path], texts: list[str]) -> None:
             assert secret not in text, "a secret leaked into a log or stream"
 
 
-#: Every unit of live network work builds a new ``httpx.AsyncHTTPTransport``, and
-#: each builds a fresh ``ssl.SSLContext`` (``load_verify_locations``: ~60 ms of CPU,
-#: on the event loop). At 1,000 citations that alone is over a minute, so the
-#: storms share one context per configuration. Remove once ``transport.py`` caches
-#: its context (the finding is in docs/performance.md); the patch is then a no-op.
-SHARE_SSL_CONTEXT = """
-import functools
-import httpx
-from httpx._transports import default as _default
-_default.create_ssl_context = functools.lru_cache(maxsize=8)(_default.create_ssl_context)
-"""
-
-
 @pytest.fixture
 def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fetch retries wait ~0 s (the fetch backoff is not a setting: see the report)."""
-    from httpx._transports import default
+    """Fetch retries wait ~0 s."""
 
     async def no_wait(seconds: float) -> None:
         await asyncio.sleep(0)
 
     monkeypatch.setattr(rules, "sleep", no_wait)
-    cached = functools.lru_cache(maxsize=8)(default.create_ssl_context)
-    monkeypatch.setattr(default, "create_ssl_context", cached)
 
 
 # ------------------------------------------------------------------------ in-process storm
@@ -398,7 +373,6 @@ def test_web_storm_every_citation_labelled_once_retries_bounded_no_secrets(
         )
         site._server.state = state
         brain.plans = plans
-        _wide_backlog(site, judge)
         malformed = [
             "this line is not JSON",
             json.dumps({"id": "no-urls", "claim": "A claim."}),
@@ -503,7 +477,6 @@ def test_storm_batch_killed_with_sigkill_resumes_without_loss_or_repeat(tmp_path
             ]
         site._server.state = state
         brain.plans = plans
-        _wide_backlog(site, judge)
         source = write_jsonl(tmp_path / "in.jsonl", records)
         out = tmp_path / "report.csv"
         audit = tmp_path / "audit.sqlite3"
@@ -517,7 +490,7 @@ def test_storm_batch_killed_with_sigkill_resumes_without_loss_or_repeat(tmp_path
             "PYTHONPATH": str(ROOT),
         }
         env.pop("CI", None)
-        driver = SHARE_SSL_CONTEXT + "import sys\nfrom fakes import main\nsys.exit(main())\n"
+        driver = "import sys\nfrom fakes import main\nsys.exit(main())\n"
         env["PYTHONPATH"] = os.pathsep.join((str(TESTS), str(ROOT)))
         argv = [
             sys.executable,
@@ -675,7 +648,6 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
     brain.plans = {f"C{i}": [Fault.status(429, retry_after="0")] for i in range(0, total, 7)}
     state = CrawlbaseState(targets=targets)
     with Simulator(CrawlbaseHandler, state) as api, JudgeSimulator(StormJudge, brain) as judge:
-        _wide_backlog(api, judge)
         # No JS token: rendering goes through javascript=true (see the xfail test below
         # for a recording made with CRAWLBASE_JS_TOKEN).
         settings = Settings(
@@ -750,11 +722,6 @@ def test_crawlbase_storm_records_cassettes_without_secrets_and_replays_the_same_
     assert replayed == labels
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline._judged drops Page.detail: a page cut at max_page_bytes is judged "
-    "but its verdict does not say it was cut (see docs/performance.md, findings)",
-)
 def test_a_judged_page_cut_at_max_page_bytes_says_so_in_its_verdict(
     fast_backoff: None,
 ) -> None:
@@ -795,12 +762,6 @@ def test_vcr_log_lines_never_show_the_crawlbase_token(
     assert NORMAL_TOKEN not in vcr_lines
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a page cassette recorded with CRAWLBASE_JS_TOKEN holds the rendered call "
-    "without javascript=true; replayed without the JS token the call carries "
-    "javascript=true and does not match (see docs/performance.md)",
-)
 def test_a_recording_made_with_the_js_token_replays_without_it(
     tmp_path: Path, fast_backoff: None
 ) -> None:
@@ -824,12 +785,6 @@ def test_a_recording_made_with_the_js_token_replays_without_it(
     assert replayed.text == recorded.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline._judged lets JudgeError leave the recorder session, so the judge "
-    "cassette of a judge_error verdict is never saved and the replay raises "
-    "CassetteMissingError (see docs/performance.md)",
-)
 def test_a_judge_error_verdict_replays_from_its_cassette(tmp_path: Path) -> None:
     from pytest_citations.cassettes import CassetteRecorder
 

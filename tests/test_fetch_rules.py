@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from pytest_citations.fetch import rules
@@ -90,3 +93,24 @@ def test_page_is_frozen() -> None:
     page = rules.Page(source="s")
     with pytest.raises(ValidationError):
         page.text = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "expected"),
+    [
+        ([b"abc", b"def"], (b"abc", True)),  # a chunk ends exactly at the cap, more follows
+        ([b"abc"], (b"abc", False)),  # exactly the cap, nothing more
+        ([b"ab", b"cd"], (b"abc", True)),  # the cap falls inside a chunk
+        ([b"ab"], (b"ab", False)),
+    ],
+)
+def test_read_capped_reads_one_stream_once(chunks: list[bytes], expected: Any) -> None:
+    import httpx
+
+    from pytest_citations.fetch.rules import read_capped
+
+    async def body() -> Any:
+        for chunk in chunks:
+            yield chunk
+
+    assert asyncio.run(read_capped(httpx.Response(200, content=body()), 3)) == expected

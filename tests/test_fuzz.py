@@ -332,11 +332,6 @@ cassette_texts = st.one_of(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a corrupt cassette file raises yaml.YAMLError / TypeError from vcrpy instead "
-    "of a CassetteError naming the file (see docs/performance.md, findings)",
-)
 @SLOW
 @given(cassette_texts)
 @example(b"{{{ not yaml")

@@ -192,14 +192,14 @@ class CrawlSession:
                 answer = await self.send_once(mode)
             except TransientFailure as failure:
                 last = str(failure)
-                delay = rules.retry_delay(None, attempt)
+                delay = rules.retry_delay(None, attempt, self.settings.retry_backoff)
             else:
                 if answer.status in (401, 403):
                     raise CrawlbaseAuthError(self.token_for(mode)[1], answer.status)
                 if answer.status not in rules.RETRYABLE_STATUSES:
                     return answer
                 last = f"HTTP {answer.status}"
-                delay = rules.retry_delay(answer.retry_after, attempt)
+                delay = rules.retry_delay(answer.retry_after, attempt, self.settings.retry_backoff)
             if attempt + 1 >= attempts or delay is None:
                 break
             logger.debug("Crawling API %s for %s; retrying in %.1fs", last, self.url, delay)
@@ -435,7 +435,7 @@ async def read_stored_page(rid: str, settings: Settings, recorder: Recorder) -> 
                         raise StoredPageError(f"the Storage API answered HTTP {status}")
                     last = f"HTTP {status}"
                     retry_after = response.headers.get("Retry-After")
-                delay = rules.retry_delay(retry_after, attempt)
+                delay = rules.retry_delay(retry_after, attempt, settings.retry_backoff)
                 if attempt + 1 >= attempts or delay is None:
                     break
                 await rules.sleep(delay)

@@ -244,7 +244,7 @@ async def _get(client: httpx.AsyncClient, url: str, settings: Settings) -> Fetch
             if status in REDIRECT_STATUSES and location:
                 return Fetched(status=status, url=url, location=location)
             if status in rules.RETRYABLE_STATUSES and attempt + 1 < attempts:
-                delay = rules.retry_delay(retry_after, attempt)
+                delay = rules.retry_delay(retry_after, attempt, settings.retry_backoff)
                 if delay is not None:
                     logger.debug("%s answered %s; retrying in %.1fs", url, status, delay)
                     await response.aclose()

@@ -270,18 +270,20 @@ def accepted(
 # --- shared HTTP helpers -------------------------------------------------------------
 
 
-def retry_delay(retry_after: str | None, attempt: int) -> float | None:
+def retry_delay(
+    retry_after: str | None, attempt: int, base: float = BACKOFF_BASE_SECONDS
+) -> float | None:
     """Seconds to wait before retrying after failed attempt ``attempt`` (0-based), or None.
 
     A ``Retry-After`` header value (seconds or an HTTP date) wins when present;
     above :data:`MAX_RETRY_AFTER_SECONDS` we give up (None) instead of stalling.
-    Otherwise exponential backoff from :data:`BACKOFF_BASE_SECONDS`.
+    Otherwise exponential backoff from ``base`` (``settings.retry_backoff``).
     """
     if retry_after:
         seconds = parse_retry_after(retry_after)
         if seconds is not None:
             return seconds if seconds <= MAX_RETRY_AFTER_SECONDS else None
-    return float(BACKOFF_BASE_SECONDS * (2**attempt))
+    return float(base * (2**attempt))
 
 
 def parse_retry_after(value: str) -> float | None:
@@ -305,24 +307,23 @@ async def read_capped(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
     """Read a streamed body up to ``cap`` bytes; True when the rest was left unread.
 
     The stream is abandoned as soon as the cap is reached, so a 10 MB (or
-    endless) page costs at most ``cap`` bytes of memory.
+    endless) page costs at most ``cap`` bytes of memory. One iterator serves the
+    whole read: httpx refuses a second ``aiter_bytes()`` on a started stream.
     """
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
+    stream = response.aiter_bytes()
+    async for chunk in stream:
         room = cap - size
         if len(chunk) >= room:
             chunks.append(chunk[:room])
-            size += room
             # Anything beyond the cap (even one byte) means the page was cut.
-            return b"".join(chunks), len(chunk) > room or await _has_more(response)
+            if len(chunk) > room:
+                return b"".join(chunks), True
+            async for more in stream:
+                if more:
+                    return b"".join(chunks), True
+            return b"".join(chunks), False
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
-
-
-async def _has_more(response: httpx.Response) -> bool:
-    async for chunk in response.aiter_bytes():
-        if chunk:
-            return True
-    return False

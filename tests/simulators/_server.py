@@ -16,6 +16,8 @@ from typing import Any
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    #: The stdlib default backlog of 5 refuses bursts of concurrent connects.
+    request_queue_size = 128
     allow_reuse_address = True
     #: The simulator's scripted state, reachable from handlers as ``self.server.state``.
     state: Any
