@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -668,10 +669,15 @@ class _Runner:
         self.semaphore = asyncio.Semaphore(concurrency)
         self.scrubber = scrubber
         self.finished: dict[str, Mapping[str, Any]] = {}
+        # Journal and audit writes (each fsynced) go through one thread of their
+        # own: they are sequential anyway, and in the default executor they would
+        # queue in front of the pipeline's CPU work (page extraction, embeddings).
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-journal")
 
     async def run(self, pending: Sequence[Citation]) -> None:
         tasks = [asyncio.create_task(self._one(citation)) for citation in pending]
         if not tasks:
+            self.writer.shutdown()
             return
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -684,6 +690,7 @@ class _Runner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.writer.shutdown(wait=True)
 
     async def _one(self, citation: Citation) -> None:
         record = citation.record
@@ -712,7 +719,8 @@ class _Runner:
         entry = self.scrubber.deep(entry)
         if verdict is not None:
             verdict = CitationVerdict.model_validate(entry["verdict"])
-        await asyncio.to_thread(self._persist, citation, verdict, entry)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.writer, self._persist, citation, verdict, entry)
         self.finished[citation.key] = entry
         if verdict is None:
             self.progress.errors += 1
