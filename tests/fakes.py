@@ -17,7 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -110,6 +113,38 @@ def judge_env(judge_url: str, key: str) -> dict[str, str]:
         "CITATIONS_RETRIES": "0",
         "CITATIONS_TIMEOUT": "20",
     }
+
+
+def kill_midway(
+    child: subprocess.Popen[bytes], journal: Path, entries: int, timeout: float
+) -> tuple[bytes, bytes]:
+    """SIGKILL a ``citations batch`` child once its journal holds ``entries`` lines.
+
+    Fails the test if the child ends first or makes no progress in ``timeout``
+    seconds; returns what it wrote (stdout, stderr).
+    """
+    import pytest
+
+    from pytest_citations.batch import Journal
+
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if journal.exists() and len(Journal.read(journal).entries) >= entries:
+                break
+            if child.poll() is not None:
+                pytest.fail(f"batch ended before the kill: {child.communicate()}")
+            time.sleep(0.01)
+        else:
+            pytest.fail("the batch made no progress")
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        out, err = child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    return out, err
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from fakes import (
     BOILING_CLAIM,
     FakeEmbedder,
     judge_env,
+    kill_midway,
     seed_records,
     write_jsonl,
 )
@@ -490,23 +491,7 @@ def test_resume_after_sigkill_finishes_every_citation_exactly_once(
         child = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
         )
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if journal.exists() and len(Journal.read(journal).entries) >= 3:
-                    break
-                if child.poll() is not None:
-                    pytest.fail(f"batch ended before the kill: {child.communicate()}")
-                time.sleep(0.02)
-            else:
-                pytest.fail("the batch made no progress")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.communicate()
-        assert child.returncode == -signal.SIGKILL
+        kill_midway(child, journal, entries=3, timeout=60)
         before = Journal.read(journal)
         done_before = {(e["record"], e["index"]) for e in before.entries}
         assert 3 <= len(done_before) < 9

@@ -34,7 +34,6 @@ import logging
 import os
 import random
 import re
-import signal
 import socket
 import sqlite3
 import struct
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FakeEmbedder, judge_env, write_jsonl
+from fakes import FakeEmbedder, judge_env, kill_midway, write_jsonl
 from simulators._server import QuietHandler, Simulator
 from simulators.crawlbase import JS_TOKEN, NORMAL_TOKEN, CrawlbaseHandler, CrawlbaseState, Target
 from simulators.openai import OpenAIHandler
@@ -511,23 +510,7 @@ def test_storm_batch_killed_with_sigkill_resumes_without_loss_or_repeat(tmp_path
         child = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
         )
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if journal.exists() and len(Journal.read(journal).entries) >= total // 2:
-                    break
-                if child.poll() is not None:
-                    pytest.fail(f"batch ended before the kill: {child.communicate()}")
-                time.sleep(0.01)
-            else:
-                pytest.fail("the batch made no progress")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            first_out, first_err = child.communicate()
-        assert child.returncode == -signal.SIGKILL
+        first_out, first_err = kill_midway(child, journal, entries=total // 2, timeout=120)
         before = Journal.read(journal)
         done = {(e["record"], e["index"]) for e in before.entries if "verdict" in e}
         assert total // 2 <= len(done) < total

@@ -179,17 +179,9 @@ def test_seed_003_rfc7519_walk_through(openai_sim: Any, tmp_path: Path) -> None:
         ).citations[0]
         for c in citations
     }
-    table = {key: (v.label.value, v.confidence, v.needs_review) for key, v in results.items()}
-    assert table == {
-        "epoch_seconds": ("supported", 0.93, False),
-        "aud_reject": ("supported", 0.95, False),
-        "sig_reporting": ("fabricated", None, False),
-        "clock_skew": ("supported", 0.99, False),
-        "exp_required": ("contradicted", 0.99, False),
-        "pii_encryption": ("not_found", 0.27, True),
-        "iat_future": ("not_found", 0.56, True),
-        "duplicate_names": ("supported", 0.99, False),
-    }
+    table = {key: [v.label.value, v.confidence, v.needs_review] for key, v in results.items()}
+    seed_table = json.loads((EXAMPLE / "seed_table.json").read_text())
+    assert table == {key: row for key, row in seed_table.items() if not key.startswith("_")}
     # The judge read exactly the section holding each quote (seed 003's sizes).
     sent = {
         json.loads(r.body)["messages"][1]["content"].split("\n", 2)[1]: r

@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 from pytest_citations.errors import SourceError
+from pytest_citations.fetch import rules
 from pytest_citations.fetch.rules import Page
 from pytest_citations.settings import Settings
 
@@ -145,14 +146,6 @@ def load_local(source: str, settings: Settings) -> Page:
         uri = path.resolve().as_uri()
     except ValueError:  # pragma: no cover - resolve() always yields an absolute path
         uri = str(path)
-    return Page(
-        source=source,
-        text=text,
-        final_url=uri,
-        original_status=None,
-        rid=None,
-        label=None,
-        reason=None,
-        detail=detail,
-        sections=sections,
+    return rules.accepted(
+        source, text, final_url=uri, original_status=None, detail=detail, sections=sections
     )

@@ -255,6 +255,7 @@ def accepted(
     original_status: int | None,
     rid: str | None = None,
     detail: str | None = None,
+    sections: dict[str, str] | None = None,
 ) -> Page:
     """A page that passed every rule: its text goes to passages and the judge."""
     return Page(
@@ -264,6 +265,7 @@ def accepted(
         original_status=original_status,
         rid=rid,
         detail=detail,
+        sections=sections,
     )
 
 
