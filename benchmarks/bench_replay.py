@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  HTML->Markdown (trafilatura) of the {len(PAGES)} pages alone: {extraction:.2f}s "
         f"= {100 * extraction / beyond:.0f}% of the replay time beyond start-up "
-        "(re-done on every replay: cassettes hold raw HTML)"
+        "(saved on every replay by the extraction cache beside the cassettes)"
     )
     cassettes = list((suite / "cassettes").rglob("*.yaml"))
     vectors = list((suite / "cassettes").rglob("*.vec"))

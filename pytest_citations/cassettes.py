@@ -532,7 +532,7 @@ class CassetteTransport(httpx.AsyncBaseTransport):
         vcr_request = VcrRequest(
             request.method,
             scrub_uri(str(request.url), secrets),
-            body,
+            _scrub_body(body, secrets),
             scrub_headers(dict(request.headers), secrets),
         )
         cassette = self.cassette
@@ -552,7 +552,7 @@ class CassetteTransport(httpx.AsyncBaseTransport):
         try:
             response = await self._live.handle_async_request(request)
         except httpx.TransportError as error:
-            cassette.append(vcr_request, _error_interaction(error))
+            cassette.append(vcr_request, _error_interaction(error, self._recorder.secrets))
             raise
         try:
             raw = b"".join([part async for part in response.aiter_raw()])
@@ -587,11 +587,12 @@ def _headers_dict(headers: httpx.Headers) -> dict[str, list[str]]:
     return result
 
 
-def _error_interaction(error: httpx.TransportError) -> dict[str, Any]:
+def _error_interaction(error: httpx.TransportError, secrets: Mapping[str, str]) -> dict[str, Any]:
+    message = _replace_secrets_text(str(error), secrets)
     return {
         "status": {"code": ERROR_STATUS, "message": "transport error"},
         "headers": {ERROR_HEADER: [type(error).__name__]},
-        "body": {"string": str(error).encode("utf-8")},
+        "body": {"string": message.encode("utf-8")},
     }
 
 
@@ -687,8 +688,10 @@ class CassetteRecorder:
             ),
             record_mode=mode,
             match_on=MATCH_ON,
-            before_record_request=lambda request: scrub_request(request, self.secrets),
-            before_record_response=lambda response: scrub_response(response, self.secrets),
+            # No before_record hooks: CassetteTransport hands vcrpy only scrubbed
+            # requests and responses, and vcrpy runs these hooks on every lookup and
+            # on every interaction it loads (a deep copy each): they cost a replay
+            # more than parsing the YAML. The file is still checked after each write.
             allow_playback_repeats=False,
             # ``all`` rewrites the cassette with what this run sent, nothing older.
             drop_unused_requests=mode is RecordMode.ALL,

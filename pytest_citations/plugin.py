@@ -319,7 +319,10 @@ def citations_settings(pytestconfig: pytest.Config, citations_cassette_dir: Path
 def _build_settings(pytestconfig: pytest.Config, citations_cassette_dir: Path) -> Settings:
     from pytest_citations.settings import Settings
 
-    defaults: dict[str, Any] = {"embedding_cache_dir": citations_cassette_dir / "embeddings"}
+    defaults: dict[str, Any] = {
+        "embedding_cache_dir": citations_cassette_dir / "embeddings",
+        "extraction_cache_dir": citations_cassette_dir / "extracted",
+    }
     cli: dict[str, Any] = {}
     for flag, ini, field, _text in _SETTING_OPTIONS:
         ini_value = _ini(pytestconfig, ini)
@@ -598,9 +601,10 @@ def _settings_json(settings: Settings, rootpath: Path) -> dict[str, Any]:
     from pytest_citations.settings import SECRET_FIELDS
 
     data: dict[str, Any] = settings.model_dump(mode="json", exclude=set(SECRET_FIELDS))
-    cache = settings.embedding_cache_dir
-    if cache is not None and cache.is_relative_to(rootpath):
-        data["embedding_cache_dir"] = cache.relative_to(rootpath).as_posix()
+    for field in ("embedding_cache_dir", "extraction_cache_dir"):
+        cache = getattr(settings, field)
+        if cache is not None and cache.is_relative_to(rootpath):
+            data[field] = cache.relative_to(rootpath).as_posix()
     return data
 
 

@@ -77,6 +77,7 @@ ENV_NAMES: dict[str, str] = {
     "retry_backoff": "CITATIONS_RETRY_BACKOFF",
     "max_page_bytes": "CITATIONS_MAX_PAGE_BYTES",
     "embedding_cache_dir": "CITATIONS_EMBEDDING_CACHE",
+    "extraction_cache_dir": "CITATIONS_EXTRACTION_CACHE",
     "batch_concurrency": "BATCH_CONCURRENCY",
 }
 
@@ -117,6 +118,7 @@ class Settings(BaseModel):
     retry_backoff: float = Field(default=DEFAULT_RETRY_BACKOFF, ge=0)
     max_page_bytes: int = Field(default=DEFAULT_MAX_PAGE_BYTES, ge=1024)
     embedding_cache_dir: Path | None = None
+    extraction_cache_dir: Path | None = None
     batch_concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1)
 
     @property

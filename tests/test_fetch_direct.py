@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -278,3 +279,25 @@ def test_dripping_server_hits_the_whole_page_deadline(website: Any) -> None:
     page = fetch(website.url + "/drip", timeout=0.3)
     assert (page.label, page.reason) == (Label.unreachable, "timeout")
     assert time.monotonic() - started < 3
+
+
+def test_extraction_is_cached_on_disk_keyed_by_the_html(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_citations.fetch import direct
+
+    html = (
+        "<html><body><article><p>"
+        + "Water boils at 100 degrees. " * 20
+        + "</p></article></body></html>"
+    )
+    first = direct.extract(html, cache_dir=tmp_path)
+    assert "Water boils" in first and len(list(tmp_path.rglob("*.md"))) == 1
+
+    def no_extraction(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("a cached page was extracted again")
+
+    monkeypatch.setattr(direct, "html_to_markdown", no_extraction)
+    assert direct.extract(html, cache_dir=tmp_path) == first
+    with pytest.raises(AssertionError, match="extracted again"):  # another page: a miss
+        direct.extract(html.replace("100", "99"), cache_dir=tmp_path)

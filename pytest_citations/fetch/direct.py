@@ -43,11 +43,15 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import hashlib
 import io
 import logging
+import os
 import re
 import socket
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urljoin
 
 import httpx
@@ -292,7 +296,41 @@ async def follow(client: httpx.AsyncClient, url: str, settings: Settings) -> Fet
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def page_from(url: str, fetched: Fetched) -> Page:
+#: Part of every extraction-cache key: bump it when ``html_to_markdown`` changes
+#: what it returns, so texts extracted the old way are ignored.
+EXTRACTION_VERSION = "1"
+
+
+def extract(html: str, *, readable: bool = True, cache_dir: Path | None = None) -> str:
+    """:func:`html_to_markdown`, remembered on disk when ``cache_dir`` is set.
+
+    Extraction is the costliest step of replaying a directly fetched page (a few
+    ms of CPU per page, every run, since cassettes keep the raw HTML). The cache
+    is keyed by the HTML itself, so a re-recorded page never meets a stale text;
+    like the embedding cache, it sits beside the cassettes and may be committed.
+    Files are written atomically; an unreadable one is simply extracted again.
+    """
+    if cache_dir is None:
+        return html_to_markdown(html, readable=readable)
+    material = f"{EXTRACTION_VERSION}\0{readable}\0{html}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(material).hexdigest()
+    path = cache_dir / digest[:2] / f"{digest}.md"
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    text = html_to_markdown(html, readable=readable)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError:  # a read-only checkout still verifies, only slower
+        logger.debug("cannot write the extraction cache at %s", path, exc_info=True)
+    return text
+
+
+async def page_from(url: str, fetched: Fetched, cache_dir: Path | None = None) -> Page:
     """Apply the content handling and the shared rules to the last hop's answer."""
     final_url, status = fetched.url, fetched.status
     decided = rules.check_page(url, url, text="", final_url=final_url, original_status=status)
@@ -334,9 +372,9 @@ async def page_from(url: str, fetched: Fetched) -> Page:
         tried = "PDF text extraction"
     elif kind == "html":
         html = decode_body(fetched.body, fetched.charset, html=True)
-        text = await asyncio.to_thread(html_to_markdown, html)
+        text = await asyncio.to_thread(extract, html, cache_dir=cache_dir)
         if rules.is_thin(text):
-            fallback = await asyncio.to_thread(html_to_markdown, html, readable=False)
+            fallback = await asyncio.to_thread(extract, html, readable=False, cache_dir=cache_dir)
             if rules.readable_chars(fallback) > rules.readable_chars(text):
                 text = fallback
             tried = "main-content extraction and the whole-page text (no JavaScript in direct mode)"
@@ -373,4 +411,4 @@ async def fetch_direct(url: str, settings: Settings, recorder: Recorder) -> Page
             )
     if isinstance(fetched, Page):
         return fetched
-    return await page_from(url, fetched)
+    return await page_from(url, fetched, settings.extraction_cache_dir)
