@@ -17,8 +17,8 @@ What must hold, whatever the storm:
 * no secret value appears in any output, cassette, audit row or log line.
 
 Judge replies are scripted fixtures, not model traces. Backoffs are made tiny
-in-process (``rules.sleep``, ``rules.BACKOFF_BASE_SECONDS`` and the judge's
-``Backoff``); the subprocess run uses ``Retry-After: 0`` everywhere instead.
+in-process (``rules.sleep`` and the judge's ``Backoff``); the subprocess run
+uses ``Retry-After: 0`` everywhere instead.
 
 Sizes: 1,000 citations in-process (about 20-40 s on two busy cores), 300 in the
 SIGKILL run. ``CITATIONS_STORM_FULL=1`` runs 5,000 and 1,000 instead.

@@ -80,9 +80,9 @@ def test_status_rule_wins_over_homepage_and_soft_404() -> None:
 
 
 def test_retry_after_seconds_and_dates_are_honoured() -> None:
-    assert rules.retry_delay("2", 0) == 2.0
-    assert rules.retry_delay("3600", 0) is None
-    assert rules.retry_delay(None, 2) == rules.BACKOFF_BASE_SECONDS * 4
+    assert rules.retry_delay("2", 0, 0.5) == 2.0
+    assert rules.retry_delay("3600", 0, 0.5) is None
+    assert rules.retry_delay(None, 2, 0.5) == 0.5 * 4
     assert rules.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert rules.parse_retry_after("soon") is None
 

@@ -43,8 +43,6 @@ SOFT_404_MAX_CHARS = 800
 #: Redirect hops followed before giving up: browsers stop at about 20; ten is
 #: plenty for a citation and bounds the work a hostile site can cause.
 MAX_REDIRECTS = 10
-#: First retry delay when the server sends no ``Retry-After``; doubles per attempt.
-BACKOFF_BASE_SECONDS = 0.5
 #: A ``Retry-After`` longer than this is not waited for: the fetch fails now
 #: rather than stalling a test run for minutes.
 MAX_RETRY_AFTER_SECONDS = 30.0
@@ -272,9 +270,7 @@ def accepted(
 # --- shared HTTP helpers -------------------------------------------------------------
 
 
-def retry_delay(
-    retry_after: str | None, attempt: int, base: float = BACKOFF_BASE_SECONDS
-) -> float | None:
+def retry_delay(retry_after: str | None, attempt: int, base: float) -> float | None:
     """Seconds to wait before retrying after failed attempt ``attempt`` (0-based), or None.
 
     A ``Retry-After`` header value (seconds or an HTTP date) wins when present;
