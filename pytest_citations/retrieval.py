@@ -72,7 +72,6 @@ __all__ = [
     "MiniLMEmbedder",
     "cosine",
     "default_embedder",
-    "similarity",
     "top_k",
 ]
 
@@ -167,12 +166,6 @@ def top_k(
     ]
     ranked.sort(key=lambda item: (-item[2], item[0]))
     return ranked[:k]
-
-
-def similarity(a: str, b: str, embedder: Embedder) -> float:
-    """Rounded cosine similarity of two texts (e.g. a fabricated quote and a passage)."""
-    first, second = embedder.embed([a, b])
-    return _score(first, second)
 
 
 # --------------------------------------------------------------------------- MiniLM

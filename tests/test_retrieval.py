@@ -26,7 +26,6 @@ from pytest_citations.retrieval import (
     MiniLMEmbedder,
     cosine,
     default_embedder,
-    similarity,
     top_k,
 )
 from pytest_citations.settings import Settings
@@ -167,16 +166,6 @@ def test_top_k_rejects_an_embedder_that_drops_vectors() -> None:
 
     with pytest.raises(ValueError, match="returned 2 vectors for 3 texts"):
         top_k("water", ["a", "b"], Short())
-
-
-def test_similarity_is_the_rounded_cosine_of_two_texts() -> None:
-    embedder = BagOfWords()
-    assert similarity("water boils", "boils water", embedder) == 1.0
-    assert similarity("water", "cat", embedder) == 0.0
-    assert similarity("water boils", "water", embedder) == round(1 / math.sqrt(2), 6)
-
-
-# --------------------------------------------------------------------------- disk cache
 
 
 def test_cache_passes_the_inner_name_through(tmp_path: Path) -> None:
