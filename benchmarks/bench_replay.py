@@ -131,8 +131,9 @@ def pytest_probe(suite: Path, env: dict[str, str], *args: str) -> dict:
 
 def cold(suite: Path, claims: list[tuple[str, list[str]]]) -> dict:
     """Replay with an empty embedding cache, MiniLM loaded; vs raw encode of the same texts."""
+    from pytest_citations._threads import EMBEDDING_THREAD
     from pytest_citations.cassettes import CassetteRecorder
-    from pytest_citations.pipeline import _EMBEDDING_THREAD, Verifier
+    from pytest_citations.pipeline import Verifier
     from pytest_citations.retrieval import EMBEDDING_BATCH_SIZE, CachedEmbedder, MiniLMEmbedder
     from pytest_citations.settings import Settings
 
@@ -140,7 +141,7 @@ def cold(suite: Path, claims: list[tuple[str, list[str]]]) -> dict:
         # torch's OpenMP pool is per calling thread: the model is loaded and the raw
         # encodes run on the thread the pipeline ranks on, so neither side pays for
         # the other's idle, spinning pool.
-        return _EMBEDDING_THREAD.submit(function, *args, **kwargs).result()
+        return EMBEDDING_THREAD.submit(function, *args, **kwargs).result()
 
     minilm = MiniLMEmbedder()
     load_start = time.perf_counter()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from pytest_citations._threads import run_embedding
 from pytest_citations.aggregate import aggregate
 from pytest_citations.errors import ConfigurationError, InvalidCitationError
 from pytest_citations.guard import (
@@ -36,12 +36,6 @@ if TYPE_CHECKING:
 #: retrieval or the prompt changes what the judge is sent, so stale recordings
 #: are re-recorded instead of silently mismatching.
 PIPELINE_VERSION = "1"
-
-#: Every ranking runs on this one thread. Embedding is CPU-bound and the model is
-#: shared, so one encode at a time; and torch's OpenMP pool is per calling thread:
-#: encodes spread over the default executor's threads each start a team of their
-#: own, which oversubscribes the cores (measured: cold embedding ~60 % slower).
-_EMBEDDING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-embed")
 
 #: Confidence of a verdict a deterministic rule decided (a 404, a homepage
 #: redirect): no model was asked, and the rule does not guess.
@@ -217,15 +211,12 @@ class Verifier:
                 "reason": Reason.empty_page.value,
                 "confidence": RULE_CONFIDENCE,
             }
-        loop = asyncio.get_running_loop()
-        ranked = await loop.run_in_executor(_EMBEDDING_THREAD, self._rank, claim, passages)
-        return ranked, None
+        from pytest_citations.retrieval import top_k, top_k_cached
 
-    def _rank(self, claim: str, passages: list[str]) -> list[str]:
-        from pytest_citations.retrieval import top_k
-
-        ranked = top_k(claim, passages, self.embedder, self.settings.top_k)
-        return [passage for _, passage, _ in ranked]
+        ranked = top_k_cached(claim, passages, self.embedder, self.settings.top_k)
+        if ranked is None:  # the model must run: on its own thread
+            ranked = await run_embedding(top_k, claim, passages, self.embedder, self.settings.top_k)
+        return [passage for _, passage, _ in ranked], None
 
     async def _judged(
         self,

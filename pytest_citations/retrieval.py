@@ -45,6 +45,7 @@ import hashlib
 import importlib
 import logging
 import math
+import operator
 import os
 import re
 import sys
@@ -73,6 +74,7 @@ __all__ = [
     "cosine",
     "default_embedder",
     "top_k",
+    "top_k_cached",
 ]
 
 _log = logging.getLogger(__name__)
@@ -123,14 +125,19 @@ class Embedder(Protocol):
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors in pure Python; 0.0 when either is all zeros."""
+    """Cosine similarity of two vectors in pure Python; 0.0 when either is all zeros.
+
+    Plain ``sum`` over ``map`` (C loops), not ``math.fsum``: scores are rounded to
+    :data:`SCORE_DECIMALS` places, far above the ~1e-16 rounding error of a
+    384-term sum, and a warm replay scores every passage of every citation.
+    """
     if len(a) != len(b):
         raise ValueError(f"vectors differ in length: {len(a)} != {len(b)}")
-    dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    dot = sum(map(operator.mul, a, b))
+    norm = math.sqrt(sum(map(operator.mul, a, a))) * math.sqrt(sum(map(operator.mul, b, b)))
     if norm == 0.0:
         return 0.0
-    return dot / norm
+    return float(dot / norm)
 
 
 def _score(a: Sequence[float], b: Sequence[float]) -> float:
@@ -153,11 +160,37 @@ def top_k(
     """
     if k < 1 or not passages:
         return []
-    vectors = embedder.embed([claim, *passages])
+    return _ranked(embedder.name, passages, embedder.embed([claim, *passages]), k)
+
+
+def top_k_cached(
+    claim: str,
+    passages: Sequence[str],
+    embedder: Embedder,
+    k: int = DEFAULT_TOP_K,
+) -> list[tuple[int, str, float]] | None:
+    """:func:`top_k` when every vector is already in a :class:`CachedEmbedder`'s cache.
+
+    None when a text would need the model (or ``embedder`` keeps no cache): then
+    call :func:`top_k` where the model may run. A warm replay ranks here, on the
+    caller's thread, without a hop to the embedding thread for a few file reads.
+    """
+    if k < 1 or not passages:
+        return []
+    if not isinstance(embedder, CachedEmbedder):
+        return None
+    vectors = embedder.lookup([claim, *passages])
+    if vectors is None:
+        return None
+    return _ranked(embedder.name, passages, vectors, k)
+
+
+def _ranked(
+    name: str, passages: Sequence[str], vectors: list[list[float]], k: int
+) -> list[tuple[int, str, float]]:
     if len(vectors) != len(passages) + 1:
         raise ValueError(
-            f"embedder {embedder.name!r} returned {len(vectors)} vectors "
-            f"for {len(passages) + 1} texts"
+            f"embedder {name!r} returned {len(vectors)} vectors for {len(passages) + 1} texts"
         )
     query = vectors[0]
     ranked = [
@@ -340,9 +373,35 @@ class CachedEmbedder:
         digest = _digest(text)
         return self.model_directory / digest[:2] / f"{digest}{_SUFFIX}"
 
+    def lookup(self, texts: Sequence[str]) -> list[list[float]] | None:
+        """The cached vectors of ``texts``, or None when any is missing (never embeds)."""
+        found, missing, digests = self._cached(texts)
+        if missing:
+            return None
+        return [list(found[digest]) for digest in digests]
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
+        found, missing, digests = self._cached(texts)
+        if missing:
+            computed = self.inner.embed(list(missing.values()))
+            if len(computed) != len(missing):
+                raise ValueError(
+                    f"embedder {self.name!r} returned {len(computed)} vectors "
+                    f"for {len(missing)} texts"
+                )
+            base = self.model_directory
+            for digest, raw_vector in zip(missing, computed, strict=True):
+                stored = _to_float32(raw_vector)
+                self._write(base / digest[:2] / f"{digest}{_SUFFIX}", _encode(stored))
+                found[digest] = stored.tolist()
+        return [list(found[digest]) for digest in digests]
+
+    def _cached(
+        self, texts: Sequence[str]
+    ) -> tuple[dict[str, list[float]], dict[str, str], list[str]]:
+        """(digest → cached vector, digest → text to compute, each text's digest)."""
         base = self.model_directory
         digests = [_digest(text) for text in texts]
         found: dict[str, list[float]] = {}
@@ -355,18 +414,7 @@ class CachedEmbedder:
                 missing[digest] = text
             else:
                 found[digest] = vector
-        if missing:
-            computed = self.inner.embed(list(missing.values()))
-            if len(computed) != len(missing):
-                raise ValueError(
-                    f"embedder {self.name!r} returned {len(computed)} vectors "
-                    f"for {len(missing)} texts"
-                )
-            for digest, raw_vector in zip(missing, computed, strict=True):
-                stored = _to_float32(raw_vector)
-                self._write(base / digest[:2] / f"{digest}{_SUFFIX}", _encode(stored))
-                found[digest] = stored.tolist()
-        return [list(found[digest]) for digest in digests]
+        return found, missing, digests
 
     @staticmethod
     def _read(path: Path) -> list[float] | None:

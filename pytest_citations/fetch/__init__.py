@@ -80,9 +80,10 @@ async def fetch_page(source: str, settings: Settings, recorder: Recorder) -> Pag
         return rules.labelled(source, Label.unreachable, Reason.invalid_url, why)
     fetcher = fetcher_for(target, settings)
     if fetcher == LOCAL_FETCHER:
+        from pytest_citations._threads import run_blocking
         from pytest_citations.fetch.local import load_local
 
-        page = await asyncio.to_thread(load_local, target, settings)
+        page = await run_blocking(load_local, target, settings)
         return page if page.source == source else page.model_copy(update={"source": source})
     parts = urlsplit(target)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:

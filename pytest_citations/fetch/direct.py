@@ -57,6 +57,7 @@ from urllib.parse import urljoin
 import httpx
 
 from pytest_citations import transport as transport_module
+from pytest_citations._threads import run_blocking
 from pytest_citations.fetch import rules
 from pytest_citations.fetch.rules import Page
 from pytest_citations.models import Label, Reason
@@ -301,6 +302,22 @@ async def follow(client: httpx.AsyncClient, url: str, settings: Settings) -> Fet
 EXTRACTION_VERSION = "1"
 
 
+def _extraction_path(html: str, readable: bool, cache_dir: Path) -> Path:
+    material = f"{EXTRACTION_VERSION}\0{readable}\0{html}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(material).hexdigest()
+    return cache_dir / digest[:2] / f"{digest}.md"
+
+
+def cached_extraction(html: str, *, readable: bool = True, cache_dir: Path | None) -> str | None:
+    """The text :func:`extract` remembered for ``html``, or None (no cache, not there)."""
+    if cache_dir is None:
+        return None
+    try:
+        return _extraction_path(html, readable, cache_dir).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def extract(html: str, *, readable: bool = True, cache_dir: Path | None = None) -> str:
     """:func:`html_to_markdown`, remembered on disk when ``cache_dir`` is set.
 
@@ -310,16 +327,13 @@ def extract(html: str, *, readable: bool = True, cache_dir: Path | None = None) 
     like the embedding cache, it sits beside the cassettes and may be committed.
     Files are written atomically; an unreadable one is simply extracted again.
     """
-    if cache_dir is None:
-        return html_to_markdown(html, readable=readable)
-    material = f"{EXTRACTION_VERSION}\0{readable}\0{html}".encode("utf-8", "surrogatepass")
-    digest = hashlib.sha256(material).hexdigest()
-    path = cache_dir / digest[:2] / f"{digest}.md"
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        pass
+    cached = cached_extraction(html, readable=readable, cache_dir=cache_dir)
+    if cached is not None:
+        return cached
     text = html_to_markdown(html, readable=readable)
+    if cache_dir is None:
+        return text
+    path = _extraction_path(html, readable, cache_dir)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -328,6 +342,14 @@ def extract(html: str, *, readable: bool = True, cache_dir: Path | None = None) 
     except OSError:  # a read-only checkout still verifies, only slower
         logger.debug("cannot write the extraction cache at %s", path, exc_info=True)
     return text
+
+
+async def _extract(html: str, *, readable: bool = True, cache_dir: Path | None) -> str:
+    """:func:`extract` off the event loop, unless the cache answers (a small file read)."""
+    cached = cached_extraction(html, readable=readable, cache_dir=cache_dir)
+    if cached is not None:
+        return cached
+    return await run_blocking(extract, html, readable=readable, cache_dir=cache_dir)
 
 
 async def page_from(url: str, fetched: Fetched, cache_dir: Path | None = None) -> Page:
@@ -350,7 +372,7 @@ async def page_from(url: str, fetched: Fetched, cache_dir: Path | None = None) -
         )
     tried = "main-content extraction"
     if kind == "pdf":
-        text = await asyncio.to_thread(pdf_to_text, fetched.body)
+        text = await run_blocking(pdf_to_text, fetched.body)
         if not text.strip():
             if fetched.truncated:
                 return rules.labelled(
@@ -372,9 +394,9 @@ async def page_from(url: str, fetched: Fetched, cache_dir: Path | None = None) -
         tried = "PDF text extraction"
     elif kind == "html":
         html = decode_body(fetched.body, fetched.charset, html=True)
-        text = await asyncio.to_thread(extract, html, cache_dir=cache_dir)
+        text = await _extract(html, cache_dir=cache_dir)
         if rules.is_thin(text):
-            fallback = await asyncio.to_thread(extract, html, readable=False, cache_dir=cache_dir)
+            fallback = await _extract(html, readable=False, cache_dir=cache_dir)
             if rules.readable_chars(fallback) > rules.readable_chars(text):
                 text = fallback
             tried = "main-content extraction and the whole-page text (no JavaScript in direct mode)"

@@ -21,7 +21,8 @@ only the call differs). It is **not** the default because, in the pinned 1.1.0:
 
 So this module creates one ``CrawlingAPI`` per call, passes a fresh options
 dict each time, runs the blocking call in a worker thread
-(``asyncio.to_thread``), points the instance at ``settings.crawlbase_api_url``
+(:func:`~pytest_citations._threads.run_blocking`), points the instance at
+``settings.crawlbase_api_url``
 (the SDK reads a module constant; a subclass overrides ``buildURL`` per
 instance), and still opens ``recorder.session("page", …)`` around the page so
 the unit of work is the same as for the other fetchers.
@@ -29,10 +30,10 @@ the unit of work is the same as for the other fetchers.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from pytest_citations._threads import run_blocking
 from pytest_citations.errors import MissingCredentialError
 from pytest_citations.fetch.crawlbase import (
     ApiAnswer,
@@ -83,7 +84,7 @@ class SdkCrawlSession(CrawlSession):
             raise MissingCredentialError(variable, "the Crawlbase SDK fetcher (crawlbase-sdk)")
         options = {key: str(value) for key, value in self.params(mode) if key != "url"}
         try:
-            response = await asyncio.to_thread(
+            response = await run_blocking(
                 _sdk_get,
                 self.settings.crawlbase_api_url,
                 token.get_secret_value(),
