@@ -47,9 +47,20 @@ def _serve(routes: dict, judge_s: float, urls: Connection) -> None:  # type: ign
     threading.Event().wait()
 
 
-def run_once(n: int, c: int, page_s: float, judge_s: float, tag: str) -> float:
-    """One batch of ``n`` citations at concurrency ``c``; the simulators run in another
-    process, as real servers would, so their CPU does not share our interpreter."""
+#: CPU seconds this process spent in the last batch of each name (all threads).
+CPU: dict[str, float] = {}
+
+
+def run_once(n: int, c: int, page_s: float, judge_s: float, tag: str) -> tuple[float, float]:
+    """One batch of ``n`` citations at concurrency ``c``: (warm-up seconds, wall seconds).
+
+    The simulators run in another process, as real servers would, so their CPU
+    does not share our interpreter. A one-citation batch runs first, untimed by
+    the ratio: it pays the process's one-off imports (trafilatura, the judge and
+    audit code), which the first wave of a concurrent batch would otherwise wait
+    for together, a start-up cost rather than a concurrency overhead. Its wall
+    time is reported beside the ratio.
+    """
     from fakes import FakeEmbedder
     from simulators.scripted import FAKE_KEY
     from simulators.website import Route
@@ -66,6 +77,12 @@ def run_once(n: int, c: int, page_s: float, judge_s: float, tag: str) -> float:
         html = article_html(f"Widget {i}", [fact_sentence(i), filler_paragraph(str(i), 120)])
         routes[path] = Route(body=html.encode(), delay=page_s)
         records.append({"id": f"{tag}{i}", "claim": fact_sentence(i), "urls": [path]})
+    warm_path = f"/{tag}/warm-up"
+    routes[warm_path] = Route(
+        body=article_html("Warm-up", [fact_sentence(n), filler_paragraph("w", 120)]).encode(),
+        delay=page_s,
+    )
+    warm_up = {"id": f"{tag}-warm-up", "claim": fact_sentence(n), "urls": [warm_path]}
     parent, child = multiprocessing.get_context("fork").Pipe()
     server = multiprocessing.get_context("fork").Process(
         target=_serve, args=(routes, judge_s, child), daemon=True
@@ -73,35 +90,41 @@ def run_once(n: int, c: int, page_s: float, judge_s: float, tag: str) -> float:
     server.start()
     try:
         site_url, judge_url = parent.recv()
-        with tempfile.TemporaryDirectory() as tmp:
-            source = Path(tmp) / "in.jsonl"
-            source.write_text(
-                "\n".join(
-                    json.dumps({**r, "urls": [site_url + u for u in r["urls"]]}) for r in records
-                ),
-                encoding="utf-8",
-            )
-            settings = Settings(
-                openai_api_key=FAKE_KEY,
-                openai_base_url=judge_url + "/v1",
-                fetcher="direct",
-                allow_private_hosts=True,
-            )
-            verifier = Verifier(
-                settings, embedder=FakeEmbedder(), recorder=LiveRecorder(allow_private_hosts=True)
-            )
-            options = BatchOptions(
-                input=source,
-                out=Path(tmp) / "out.csv",
-                concurrency=c,
-                audit=Path(tmp) / "audit.sqlite3",
-            )
-            start = time.perf_counter()
-            result = asyncio.run(run_batch(options, verifier, stderr=io.StringIO()))
-            wall = time.perf_counter() - start
-        labels = {row.verdict.label.value for row in result.rows if row.verdict}
-        assert labels == {"supported"} and not result.errors, labels
-        return wall
+        settings = Settings(
+            openai_api_key=FAKE_KEY,
+            openai_base_url=judge_url + "/v1",
+            fetcher="direct",
+            allow_private_hosts=True,
+        )
+        verifier = Verifier(
+            settings, embedder=FakeEmbedder(), recorder=LiveRecorder(allow_private_hosts=True)
+        )
+
+        def batch(batch_records: list[dict], name: str) -> float:
+            with tempfile.TemporaryDirectory() as tmp:
+                source = Path(tmp) / f"{name}.jsonl"
+                source.write_text(
+                    "\n".join(
+                        json.dumps({**r, "urls": [site_url + u for u in r["urls"]]})
+                        for r in batch_records
+                    ),
+                    encoding="utf-8",
+                )
+                options = BatchOptions(
+                    input=source,
+                    out=Path(tmp) / "out.csv",
+                    concurrency=c,
+                    audit=Path(tmp) / "audit.sqlite3",
+                )
+                start, cpu_start = time.perf_counter(), time.process_time()
+                result = asyncio.run(run_batch(options, verifier, stderr=io.StringIO()))
+                wall = time.perf_counter() - start
+                CPU[name] = time.process_time() - cpu_start
+            labels = {row.verdict.label.value for row in result.rows if row.verdict}
+            assert labels == {"supported"} and not result.errors, labels
+            return wall
+
+        return batch([warm_up], "warm-up"), batch(records, "in")
     finally:
         server.terminate()
         server.join(timeout=5)
@@ -116,10 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     latency = (args.page_ms + args.judge_ms) / 1000
     results: dict[int, tuple[float, float]] = {}
+    warm_ups: dict[int, float] = {}
+    cpu: dict[int, float] = {}
     for c in args.concurrency:
         ideal = math.ceil(args.n / c) * latency
-        wall = run_once(args.n, c, args.page_ms / 1000, args.judge_ms / 1000, f"c{c}")
+        warm_ups[c], wall = run_once(args.n, c, args.page_ms / 1000, args.judge_ms / 1000, f"c{c}")
         results[c] = (wall, wall / ideal)
+        cpu[c] = CPU["in"]
     worst = max(ratio for _, ratio in results.values())
     fields = {f"c{c}": round(ratio, 3) for c, (_, ratio) in results.items()}
     print(
@@ -136,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     for c, (wall, ratio) in results.items():
         ideal = math.ceil(args.n / c) * latency
-        print(f"  c={c:>2}: wall {wall:6.2f}s  ideal {ideal:6.2f}s  ratio {ratio:.3f}")
+        print(
+            f"  c={c:>2}: wall {wall:6.2f}s  ideal {ideal:6.2f}s  ratio {ratio:.3f}  "
+            f"pipeline CPU {1000 * cpu[c] / args.n:.1f} ms/citation  "
+            f"(untimed one-citation warm-up: {warm_ups[c]:.2f}s, ideal {latency:.2f}s)"
+        )
     return 0 if worst <= 1.25 else 1
 
 

@@ -8,8 +8,9 @@
    Citations per second beyond pytest's own start-up (the same suite's
    ``--collect-only`` time is subtracted), and whether torch / numpy /
    sentence_transformers / transformers were imported (they must not be).
-3. Cold: the same cassettes replayed in-process with an EMPTY embedding cache,
-   MiniLM already loaded; pipeline time vs raw ``SentenceTransformer.encode``
+3. Cold: the same cassettes replayed in-process with an EMPTY embedding cache
+   (the extraction cache beside the cassettes is kept, as in the plugin), MiniLM
+   already loaded; pipeline time vs raw ``SentenceTransformer.encode``
    over exactly the texts the pipeline embedded. ratio = raw / pipeline
    (1.0 = the pipeline adds nothing over the model).
 
@@ -160,7 +161,9 @@ def cold(suite: Path, claims: list[tuple[str, list[str]]]) -> dict:
 
     with tempfile.TemporaryDirectory() as empty:
         verifier = Verifier(
-            Settings(fetcher="direct"),
+            # As the plugin configures it: only the EMBEDDING cache is empty; the
+            # extracted page texts beside the cassettes are used as on any replay.
+            Settings(fetcher="direct", extraction_cache_dir=suite / "cassettes" / "extracted"),
             embedder=CachedEmbedder(Spy(), empty),
             recorder=CassetteRecorder(suite / "cassettes", record_mode="none"),
         )

@@ -801,6 +801,8 @@ async def run_batch(
     journal without ``resume``; configuration and cassette
     errors propagate, with every citation finished so far safe in the journal.
     """
+    from pytest_citations.transport import shared_connections
+
     err = stderr if stderr is not None else sys.stderr
     scrubber = Scrubber(secrets)
     records, problems = read_records(options.input)
@@ -822,7 +824,10 @@ async def run_batch(
         runner.finished = finished
         progress.start()
         try:
-            await runner.run(pending)
+            # One connection pool for the whole batch: pages and judge calls reuse
+            # kept-alive connections (and TLS sessions) across citations.
+            async with shared_connections():
+                await runner.run(pending)
         finally:
             progress.finish()
     finally:

@@ -16,7 +16,7 @@ YAML serializer and matcher protocol, but never vcrpy's global patching:
   the user's cassette. Our live calls therefore call the original method that
   vcrpy saved when ``vcr.patch`` was imported
   (``vcr.patch._HttpxAsyncHttpTransport_handle_async_request``); see
-  :class:`_UnpatchedHTTPTransport`.
+  :func:`_send_unpatched`.
 
 Cassette identity
 -----------------
@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -101,7 +102,7 @@ from vcr.serializers import jsonserializer, yamlserializer
 from pytest_citations import transport as transport_module
 from pytest_citations.errors import CassetteError, CassetteMissingError, SecretInCassetteError
 from pytest_citations.settings import ENV_NAMES, SECRET_FIELDS
-from pytest_citations.transport import LiveTransport, UnitKind, ssl_context
+from pytest_citations.transport import LiveTransport, PooledTransport, UnitKind
 
 if TYPE_CHECKING:
     from pytest_citations.settings import Settings
@@ -476,26 +477,18 @@ class RecorderStats:
             return {"replayed": self.replayed, "live": self.live, "written": self.written}
 
 
-class _UnpatchedHTTPTransport(httpx.AsyncBaseTransport):
-    """An ``AsyncHTTPTransport`` that bypasses a user's active vcrpy cassette.
+async def _send_unpatched(pool: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
+    """Send through ``pool`` bypassing a user's active vcrpy cassette.
 
     vcrpy saves the original ``AsyncHTTPTransport.handle_async_request`` in
     ``vcr.patch`` before it patches the class; calling that function directly
     sends our request to the network whatever cassette the user has open.
     """
-
-    def __init__(self, inner: httpx.AsyncHTTPTransport) -> None:
-        self._inner = inner
-        self._handle = _original_handle_async_request()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response: httpx.Response = await self._handle(self._inner, request)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    response: httpx.Response = await _original_handle_async_request()(pool, request)
+    return response
 
 
+@functools.cache
 def _original_handle_async_request() -> Callable[..., Any]:
     try:
         from vcr import patch as vcr_patch
@@ -507,10 +500,11 @@ def _original_handle_async_request() -> Callable[..., Any]:
 
 def _live_transport(allow_private_hosts: bool) -> LiveTransport:
     # LiveTransport keeps its checks (credentials, SSRF guard) and delegates the
-    # send to ``inner``: wrap that so a user's vcrpy cassette cannot capture it.
+    # send to ``inner``: the shared connection pool, reached around vcrpy's patch
+    # so a user's cassette cannot capture it.
     return LiveTransport(
         allow_private_hosts=allow_private_hosts,
-        inner=_UnpatchedHTTPTransport(httpx.AsyncHTTPTransport(verify=ssl_context(), retries=0)),
+        inner=PooledTransport(send=_send_unpatched),
     )
 
 

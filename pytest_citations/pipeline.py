@@ -25,7 +25,7 @@ from pytest_citations.guard import (
 from pytest_citations.models import CitationVerdict, ClaimVerdict, Label, Reason
 from pytest_citations.passages import split_passages
 from pytest_citations.settings import Settings
-from pytest_citations.transport import LiveRecorder, Recorder
+from pytest_citations.transport import LiveRecorder, Recorder, shared_connections
 
 if TYPE_CHECKING:
     from pytest_citations.fetch import Page, PageCache
@@ -124,12 +124,13 @@ class Verifier:
         """Verify one claim against each source; citations run concurrently."""
         claim, source_list = _validate(claim, sources, quote, section)
         quote, section = _blank_to_none(quote), _blank_to_none(section)
-        verdicts = await asyncio.gather(
-            *(
-                self.averify_citation(claim, source, quote=quote, section=section)
-                for source in source_list
+        async with shared_connections():  # the claim's fetches and judge calls share connections
+            verdicts = await asyncio.gather(
+                *(
+                    self.averify_citation(claim, source, quote=quote, section=section)
+                    for source in source_list
+                )
             )
-        )
         return ClaimVerdict(
             claim=claim,
             label=aggregate(verdict.label for verdict in verdicts),

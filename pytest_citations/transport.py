@@ -18,15 +18,16 @@ request is really leaving the machine (a replay never reaches this layer):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import ipaddress
 import logging
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -124,6 +125,120 @@ async def _resolve(host: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
+# -- connection sharing ---------------------------------------------------------------
+
+class _PoolSlot:
+    """The pool of one :func:`shared_connections` block, created by its first live request.
+
+    A replay never sends a request, so it never pays for building a pool.
+    """
+
+    def __init__(self) -> None:
+        self.pool: httpx.AsyncHTTPTransport | None = None
+
+    def get(self) -> httpx.AsyncHTTPTransport:
+        if self.pool is None:
+            self.pool = new_connection_pool()
+        return self.pool
+
+
+#: The slot of the innermost :func:`shared_connections` block, if any.
+_SHARED_POOL: contextvars.ContextVar[_PoolSlot | None] = contextvars.ContextVar(
+    "pytest_citations_shared_pool", default=None
+)
+
+#: Errors a request can meet when the server closed a kept-alive connection just
+#: as it was reused: the request never reached the application, so one more try
+#: on a fresh connection is safe, even for the judge's POST.
+_STALE_CONNECTION_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+Send = Callable[[httpx.AsyncHTTPTransport, httpx.Request], Awaitable[httpx.Response]]
+
+
+def new_connection_pool() -> httpx.AsyncHTTPTransport:
+    """A verifying httpx transport (one connection pool) that never retries by itself."""
+    return httpx.AsyncHTTPTransport(verify=ssl_context(), retries=0)
+
+
+@asynccontextmanager
+async def shared_connections() -> AsyncIterator[None]:
+    """Every live request inside the block (and in tasks it starts) shares one pool.
+
+    A claim's citations, or a whole batch, then reuse kept-alive connections and
+    TLS sessions instead of opening one per page fetch and per judge call
+    (measured: half the CPU of a request to a local server; over the internet a
+    TLS handshake and a round trip saved each time). Nested blocks reuse the
+    outer pool. The pool is bound to the running event loop, built by the first
+    live request and closed when the block ends; a verification outside any
+    block uses a pool of its own per unit of work.
+    """
+    if _SHARED_POOL.get() is not None:
+        yield
+        return
+    slot = _PoolSlot()
+    token = _SHARED_POOL.set(slot)
+    try:
+        yield
+    finally:
+        _SHARED_POOL.reset(token)
+        if slot.pool is not None:
+            await slot.pool.aclose()
+
+
+def _may_reuse(pool: httpx.AsyncHTTPTransport, url: httpx.URL) -> bool:
+    """Whether ``pool`` holds an idle connection that a request to ``url`` may be sent on."""
+    connections: Any = getattr(getattr(pool, "_pool", None), "connections", ())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    wanted = (url.scheme.encode("ascii"), url.raw_host, port)
+    return any(
+        (origin.scheme, origin.host, origin.port) == wanted and connection.is_idle()
+        for connection in list(connections)
+        if (origin := getattr(connection, "_origin", None)) is not None
+    )
+
+
+async def _send_default(pool: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
+    return await pool.handle_async_request(request)
+
+
+class PooledTransport(httpx.AsyncBaseTransport):
+    """Sends through the :func:`shared_connections` pool, else through a pool of its own.
+
+    ``send`` is how a request goes out through a pool (the cassette recorder
+    passes the httpx method as it was before a user's vcrpy cassette patched
+    it). A request that fails on a connection the pool had kept alive is sent
+    once more: the server closed it while we reused it, a race every HTTP client
+    with keep-alive must absorb (urllib3 and browsers retry the same way).
+    """
+
+    def __init__(self, send: Send = _send_default) -> None:
+        self._send = send
+        self._own: httpx.AsyncHTTPTransport | None = None
+
+    def _pool(self) -> httpx.AsyncHTTPTransport:
+        slot = _SHARED_POOL.get()
+        if slot is not None:
+            return slot.get()
+        if self._own is None:
+            self._own = new_connection_pool()
+        return self._own
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pool = self._pool()
+        reused = _may_reuse(pool, request.url)
+        try:
+            return await self._send(pool, request)
+        except _STALE_CONNECTION_ERRORS:
+            if not reused:
+                raise
+        return await self._send(pool, request)
+
+    async def aclose(self) -> None:
+        if self._own is not None:
+            await self._own.aclose()
+            self._own = None
+
+
 class LiveTransport(httpx.AsyncBaseTransport):
     """The real network, with TLS verification on, behind the two checks above."""
 
@@ -133,7 +248,7 @@ class LiveTransport(httpx.AsyncBaseTransport):
         allow_private_hosts: bool = False,
         inner: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._inner = inner or httpx.AsyncHTTPTransport(verify=ssl_context(), retries=0)
+        self._inner = inner or PooledTransport()
         self.allow_private_hosts = allow_private_hosts
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

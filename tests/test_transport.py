@@ -1,0 +1,168 @@
+"""Connection sharing (``transport.shared_connections``) against a real HTTP/1.1 server.
+
+The server below is a raw socket server on 127.0.0.1 so each test can script
+what happens to a kept-alive connection: it counts connections and requests,
+and it can drop a connection after reading a request without answering, which
+is what a server whose keep-alive timeout fires just as a request arrives does
+(RFC 9112 §9.8: a client must be ready to retry a request on a new connection
+when the server closes an idle one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from pytest_citations.transport import (
+    LiveTransport,
+    PooledTransport,
+    client_for,
+    shared_connections,
+)
+
+BODY = b"<html><body><p>hello</p></body></html>"
+
+
+@dataclass
+class KeepAliveServer:
+    """Answers each request with keep-alive; ``drop`` says which requests go unanswered.
+
+    ``drop(connection_index, request_index_on_connection)`` → True closes the
+    connection after reading that request, with no response.
+    """
+
+    drop: object = None
+    connections: int = 0
+    closed_by_client: int = 0
+    requests: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            index = self.connections
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(connection, index), daemon=True).start()
+
+    def _serve(self, connection: socket.socket, index: int) -> None:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffer = b""
+        served = 0
+        with connection:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        self.closed_by_client += 1
+                        return
+                    buffer += chunk
+                _head, _, buffer = buffer.partition(b"\r\n\r\n")
+                self.requests.append((index, served))
+                if callable(self.drop) and self.drop(index, served):
+                    return  # closed without a response
+                served += 1
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                    + f"Content-Length: {len(BODY)}\r\n\r\n".encode()
+                    + BODY
+                )
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.fixture
+def server() -> Iterator[KeepAliveServer]:
+    instance = KeepAliveServer()
+    yield instance
+    instance.close()
+
+
+async def _get_twice(url: str, *, shared: bool) -> list[int]:
+    async def one() -> int:
+        transport = LiveTransport(allow_private_hosts=True)
+        async with client_for(transport, timeout=5) as client:
+            response = await client.get(url)
+            await transport.aclose()
+            return response.status_code
+
+    if not shared:
+        return [await one(), await one()]
+    async with shared_connections():
+        return [await one(), await one()]
+
+
+def test_units_inside_one_block_share_a_connection(server: KeepAliveServer) -> None:
+    assert asyncio.run(_get_twice(server.url + "/a", shared=True)) == [200, 200]
+    assert server.connections == 1
+    assert server.requests == [(0, 0), (0, 1)]
+
+
+def test_units_outside_a_block_each_open_their_own(server: KeepAliveServer) -> None:
+    assert asyncio.run(_get_twice(server.url + "/a", shared=False)) == [200, 200]
+    assert server.connections == 2
+
+
+def test_nested_blocks_reuse_the_outer_pool(server: KeepAliveServer) -> None:
+    async def scenario() -> None:
+        async with shared_connections():
+            await _get_twice(server.url + "/a", shared=True)  # opens a nested block
+            await _get_twice(server.url + "/b", shared=True)
+
+    asyncio.run(scenario())
+    assert server.connections == 1
+    assert len(server.requests) == 4
+
+
+def test_a_request_the_server_drops_on_a_reused_connection_is_sent_again(
+    server: KeepAliveServer,
+) -> None:
+    # The second request on the first connection is read and left unanswered.
+    server.drop = lambda connection, request: (connection, request) == (0, 1)
+    assert asyncio.run(_get_twice(server.url + "/a", shared=True)) == [200, 200]
+    assert server.requests == [(0, 0), (0, 1), (1, 0)]  # exactly one more try, on a new connection
+
+
+def test_a_request_dropped_on_a_fresh_connection_is_not_retried(server: KeepAliveServer) -> None:
+    server.drop = lambda connection, request: True
+
+    async def scenario() -> None:
+        async with shared_connections():
+            transport = LiveTransport(allow_private_hosts=True)
+            async with client_for(transport, timeout=5) as client:
+                await client.get(server.url + "/a")
+
+    with pytest.raises(httpx.RemoteProtocolError):
+        asyncio.run(scenario())
+    assert server.requests == [(0, 0)]  # a real failure: no silent second request
+
+
+def test_a_block_closes_its_pool(server: KeepAliveServer) -> None:
+    async def scenario() -> None:
+        async with shared_connections():
+            transport = PooledTransport()
+            async with httpx.AsyncClient(transport=transport) as client:
+                assert (await client.get(server.url + "/a")).status_code == 200
+            assert server.closed_by_client == 0  # kept alive for the block's next unit
+
+    asyncio.run(scenario())
+    waited = threading.Event()
+    for _ in range(100):  # the server thread sees the EOF shortly after
+        if server.closed_by_client:
+            break
+        waited.wait(0.01)
+    assert server.closed_by_client == 1
