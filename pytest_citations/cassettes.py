@@ -93,10 +93,10 @@ import httpx
 import yaml
 from vcr.cassette import Cassette
 from vcr.filters import decode_response
-from vcr.persisters.filesystem import FilesystemPersister
+from vcr.persisters.filesystem import CassetteDecodeError, CassetteNotFoundError
 from vcr.record_mode import RecordMode
 from vcr.request import Request as VcrRequest
-from vcr.serialize import serialize
+from vcr.serialize import deserialize, serialize
 from vcr.serializers import jsonserializer, yamlserializer
 
 from pytest_citations import transport as transport_module
@@ -351,8 +351,25 @@ def match_url(r1: Any, r2: Any) -> None:
         raise AssertionError(f"{r1.uri} != {r2.uri} (port and secret parameters ignored)")
 
 
+#: Attribute under which a vcrpy request keeps its parsed body: vcrpy runs the
+#: matchers twice per replayed request (``can_play_response_for``, then
+#: ``play_response``), and a judge request's body is kilobytes of JSON.
+_BODY_VALUE_ATTRIBUTE = "_pytest_citations_body_value"
+
+
 def _body_value(request: Any) -> Any:
+    """The request's body as compared (see :func:`match_body`), parsed once per body."""
     body = request.body
+    cached = getattr(request, _BODY_VALUE_ATTRIBUTE, None)
+    if cached is not None and cached[0] is body:
+        return cached[1]
+    value = _parse_body(body)
+    with contextlib.suppress(AttributeError):  # a request type that takes no new attributes
+        setattr(request, _BODY_VALUE_ATTRIBUTE, (body, value))
+    return value
+
+
+def _parse_body(body: Any) -> Any:
     if hasattr(body, "read"):
         body = body.read()
     if isinstance(body, str):
@@ -391,8 +408,17 @@ class _Persister:
         self.overwrite = overwrite
         self.written: list[Path] = []
 
-    def load_cassette(self, cassette_path: Path, serializer: Any) -> Any:
-        return FilesystemPersister.load_cassette(cassette_path, serializer)
+    def load_cassette(self, cassette_path: str | Path, serializer: Any) -> Any:
+        # FilesystemPersister.load_cassette, minus its Path round trip and the
+        # stat before the open (one cassette per unit: a replay opens hundreds).
+        try:
+            with open(cassette_path, encoding="utf-8") as stream:
+                data = stream.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise CassetteNotFoundError() from None
+        except UnicodeDecodeError as error:
+            raise CassetteDecodeError("Can't read Cassette, Encoding is broken") from error
+        return deserialize(data, serializer)
 
     def _leaks(self, text: str) -> list[str]:
         return sorted(

@@ -402,14 +402,16 @@ class CachedEmbedder:
         self, texts: Sequence[str]
     ) -> tuple[dict[str, list[float]], dict[str, str], list[str]]:
         """(digest → cached vector, digest → text to compute, each text's digest)."""
-        base = self.model_directory
+        # Plain strings, not Path objects: a warm replay reads several vectors per
+        # citation, and pathlib's parsing cost more than the reads themselves.
+        base = os.fspath(self.model_directory)
         digests = [_digest(text) for text in texts]
         found: dict[str, list[float]] = {}
         missing: dict[str, str] = {}  # digest -> text, first occurrence order
         for digest, text in zip(digests, texts, strict=True):
             if digest in found or digest in missing:
                 continue
-            vector = self._read(base / digest[:2] / f"{digest}{_SUFFIX}")
+            vector = self._read(f"{base}{os.sep}{digest[:2]}{os.sep}{digest}{_SUFFIX}")
             if vector is None:
                 missing[digest] = text
             else:
@@ -417,7 +419,7 @@ class CachedEmbedder:
         return found, missing, digests
 
     @staticmethod
-    def _read(path: Path) -> list[float] | None:
+    def _read(path: str) -> list[float] | None:
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()

@@ -127,6 +127,7 @@ async def _resolve(host: str, port: int) -> list[str]:
 
 # -- connection sharing ---------------------------------------------------------------
 
+
 class _PoolSlot:
     """The pool of one :func:`shared_connections` block, created by its first live request.
 

@@ -380,3 +380,27 @@ def test_live_calls_bypass_a_users_active_vcrpy_cassette(tmp_path: Path, server:
     assert response.text == "v1 /ours"
     assert not user_cassette.exists()
     assert len(_files(tmp_path / "ours")) == 1
+
+
+def test_a_request_body_is_parsed_once_for_every_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vcr.request import Request as VcrRequest
+
+    from pytest_citations import cassettes
+
+    parsed: list[object] = []
+    real = cassettes._parse_body
+
+    def counting(body: object) -> object:
+        parsed.append(body)
+        return real(body)
+
+    monkeypatch.setattr(cassettes, "_parse_body", counting)
+    stored = VcrRequest("POST", "https://api.example/v1/x", b'{"b": 1, "a": [2]}', {})
+    incoming = VcrRequest("POST", "https://api.example/v1/x", b'{"a": [2], "b": 1}', {})
+    for _ in range(3):  # vcrpy matches twice per replayed request
+        cassettes.match_body(incoming, stored)
+    assert len(parsed) == 2
+    incoming.body = b'{"a": [3], "b": 1}'  # a new body is parsed anew
+    with pytest.raises(AssertionError, match="bodies differ"):
+        cassettes.match_body(incoming, stored)
+    assert len(parsed) == 3

@@ -301,3 +301,28 @@ def test_extraction_is_cached_on_disk_keyed_by_the_html(
     assert direct.extract(html, cache_dir=tmp_path) == first
     with pytest.raises(AssertionError, match="extracted again"):  # another page: a miss
         direct.extract(html.replace("100", "99"), cache_dir=tmp_path)
+
+
+def test_a_cached_extraction_is_read_without_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_citations.fetch import direct
+
+    html = (
+        "<html><body><article><p>"
+        + "Water boils at 100 degrees. " * 20
+        + "</p></article></body></html>"
+    )
+    assert direct.cached_extraction(html, cache_dir=None) is None
+    assert direct.cached_extraction(html, cache_dir=tmp_path) is None  # not extracted yet
+    text = direct.extract(html, cache_dir=tmp_path)
+    assert direct.cached_extraction(html, cache_dir=tmp_path) == text
+    assert direct.cached_extraction(html, readable=False, cache_dir=tmp_path) is None
+
+    async def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a cached extraction went to a worker thread")
+
+    monkeypatch.setattr(direct, "run_blocking", no_thread)
+    assert asyncio.run(direct._extract(html, cache_dir=tmp_path)) == text
+    with pytest.raises(AssertionError, match="worker thread"):  # a miss is extracted off the loop
+        asyncio.run(direct._extract(html.replace("100", "99"), cache_dir=tmp_path))

@@ -27,6 +27,7 @@ from pytest_citations.retrieval import (
     cosine,
     default_embedder,
     top_k,
+    top_k_cached,
 )
 from pytest_citations.settings import Settings
 
@@ -166,6 +167,36 @@ def test_top_k_rejects_an_embedder_that_drops_vectors() -> None:
 
     with pytest.raises(ValueError, match="returned 2 vectors for 3 texts"):
         top_k("water", ["a", "b"], Short())
+
+
+def test_top_k_cached_ranks_like_top_k_from_the_cache_alone(tmp_path: Path) -> None:
+    passages = ["the cat sat", "water boils at 100 degrees", "sea level water"]
+    inner = BagOfWords()
+    CachedEmbedder(inner, tmp_path).embed(["water boils", *passages])  # fill the cache
+    calls_before = len(inner.calls)
+    ranked = top_k_cached("water boils", passages, CachedEmbedder(inner, tmp_path), k=2)
+    assert ranked == top_k("water boils", passages, BagOfWords(), k=2)
+    assert len(inner.calls) == calls_before  # the model was never asked
+
+
+def test_top_k_cached_is_none_when_a_vector_would_need_the_model(tmp_path: Path) -> None:
+    inner = BagOfWords()
+    cached = CachedEmbedder(inner, tmp_path)
+    cached.embed(["water boils", "the cat sat"])
+    assert top_k_cached("water boils", ["the cat sat", "new passage"], cached) is None
+    assert top_k_cached("water boils", ["the cat sat"], BagOfWords()) is None  # no cache at all
+    assert len(inner.calls) == 1  # a miss computes nothing: top_k does that, off the loop
+    assert top_k_cached("water", [], cached) == []
+    assert top_k_cached("water", ["x"], cached, k=0) == []
+
+
+def test_lookup_returns_cached_vectors_and_never_embeds(tmp_path: Path) -> None:
+    inner = BagOfWords()
+    cached = CachedEmbedder(inner, tmp_path)
+    assert cached.lookup(["water"]) is None
+    stored = cached.embed(["water", "cat"])
+    assert cached.lookup(["cat", "water", "cat"]) == [stored[1], stored[0], stored[1]]
+    assert len(inner.calls) == 1
 
 
 def test_cache_passes_the_inner_name_through(tmp_path: Path) -> None:

@@ -11,15 +11,19 @@ when the server closes an idle one).
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
 
 from pytest_citations.transport import (
+    LiveRecorder,
     LiveTransport,
     PooledTransport,
     client_for,
@@ -166,3 +170,30 @@ def test_a_block_closes_its_pool(server: KeepAliveServer) -> None:
             break
         waited.wait(0.01)
     assert server.closed_by_client == 1
+
+
+def test_a_batch_fetches_every_page_over_one_kept_alive_connection(
+    server: KeepAliveServer, tmp_path: Path
+) -> None:
+    from fakes import FakeEmbedder
+
+    from pytest_citations.batch import BatchOptions, run_batch
+    from pytest_citations.pipeline import Verifier
+    from pytest_citations.settings import Settings
+
+    source = tmp_path / "claims.jsonl"
+    source.write_text(
+        "\n".join(
+            json.dumps({"id": str(i), "claim": f"Claim {i}.", "urls": [f"{server.url}/page/{i}"]})
+            for i in range(4)
+        ),
+        encoding="utf-8",
+    )
+    settings = Settings(fetcher="direct", allow_private_hosts=True)
+    verifier = Verifier(
+        settings, embedder=FakeEmbedder(), recorder=LiveRecorder(allow_private_hosts=True)
+    )
+    options = BatchOptions(input=source, out=tmp_path / "out.csv", concurrency=1)
+    result = asyncio.run(run_batch(options, verifier, stderr=io.StringIO()))
+    assert [row.verdict.reason for row in result.rows if row.verdict] == ["thin_page"] * 4
+    assert (server.connections, len(server.requests)) == (1, 4)
