@@ -87,17 +87,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlparse, urlsplit, urlunsplit
 
 import httpx
 import yaml
-from vcr.cassette import Cassette
-from vcr.filters import decode_response
-from vcr.persisters.filesystem import CassetteDecodeError, CassetteNotFoundError
-from vcr.record_mode import RecordMode
-from vcr.request import Request as VcrRequest
-from vcr.serialize import deserialize, serialize
-from vcr.serializers import jsonserializer, yamlserializer
 
 from pytest_citations import transport as transport_module
 from pytest_citations.errors import CassetteError, CassetteMissingError, SecretInCassetteError
@@ -302,6 +295,8 @@ def scrub_request(request: Any, secrets: Mapping[str, str]) -> Any:
 
 def scrub_response(response: dict[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
     """A decoded copy of a vcrpy response dict without cookies, storage tokens or secrets."""
+    from vcr.filters import decode_response
+
     response = decode_response(response)  # deep-copies
     headers: dict[str, list[str]] = {}
     for name, values in response.get("headers", {}).items():
@@ -410,7 +405,10 @@ class _Persister:
 
     def load_cassette(self, cassette_path: str | Path, serializer: Any) -> Any:
         # FilesystemPersister.load_cassette, minus its Path round trip and the
-        # stat before the open (one cassette per unit: a replay opens hundreds).
+        # stat before the open.
+        from vcr.persisters.filesystem import CassetteDecodeError, CassetteNotFoundError
+        from vcr.serialize import deserialize
+
         try:
             with open(cassette_path, encoding="utf-8") as stream:
                 data = stream.read()
@@ -428,6 +426,9 @@ class _Persister:
         )
 
     def save_cassette(self, cassette_path: Path, cassette_dict: Any, serializer: Any) -> None:
+        from vcr.serialize import serialize
+        from vcr.serializers import jsonserializer
+
         path = Path(cassette_path)
         data = serialize(cassette_dict, serializer)
         # The JSON form has no line folding, so a secret cannot hide across a YAML wrap.
@@ -478,6 +479,137 @@ def _secret_error(path: Path, variables: Iterable[str], *, written: bool) -> Sec
         "Report this: a request or response carries the secret where the scrubber "
         "does not look."
     )
+
+
+# -- replay -------------------------------------------------------------------------
+
+#: libyaml's safe loader when PyYAML was built with it (the wheels are), else PyYAML's.
+_SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ReplayRequest:
+    """A request as the matchers see it, in the shape of vcrpy's ``Request``.
+
+    ``uri`` is parsed with ``urlparse`` and a text body becomes UTF-8 bytes,
+    exactly as vcrpy does, so :data:`MATCH_ON` compares the same values whichever
+    reader loaded the cassette. Headers keep each name's first value (vcrpy's
+    ``HeadersDict`` does the same); they are never compared.
+    """
+
+    def __init__(self, method: str, uri: str, body: Any, headers: Mapping[str, Any]) -> None:
+        self.method = method
+        self.uri = uri
+        self.parsed_uri = urlparse(uri)
+        self.body = body.encode("utf-8") if isinstance(body, str) else body
+        self.headers = {
+            name: value[0] if isinstance(value, list) and value else value
+            for name, value in headers.items()
+        }
+
+    @property
+    def path(self) -> str:
+        return self.parsed_uri.path
+
+    def __repr__(self) -> str:
+        return f"<Request ({self.method}) {self.uri}>"
+
+
+def _failures(request: Any, stored: Any) -> list[tuple[str, str]]:
+    """(matcher name, message) for each matcher of :data:`MATCH_ON` that does not match."""
+    failures = []
+    for matcher in MATCH_ON:
+        try:
+            matcher(request, stored)
+        except AssertionError as error:
+            failures.append((matcher.__name__, str(error)))
+    return failures
+
+
+class ReplayCassette:
+    """A vcrpy cassette file read for replay only: record mode ``none``, or ``once``
+    with the file present (vcrpy write-protects both).
+
+    vcrpy records every cassette; replaying one needs only its YAML, the
+    matchers and vcrpy's rule that each recorded interaction answers once, in
+    order. Reading it here skips importing vcrpy (which imports every HTTP
+    library it can patch) and vcrpy's per-interaction deep copies, the larger
+    share of a warm replay's cost. A file that uses a YAML tag only vcrpy's
+    loader knows (an old cassette with Python tags) is left to vcrpy's
+    ``Cassette``; ``tests/test_cassettes.py`` checks both readers agree.
+    """
+
+    write_protected = True
+    request_type = ReplayRequest
+
+    def __init__(self, path: Path, interactions: list[tuple[ReplayRequest, dict[str, Any]]]):
+        self.path = str(path)
+        self.interactions = interactions
+        self._played = [False] * len(interactions)
+
+    @classmethod
+    def read(cls, path: Path, *, missing_ok: bool) -> ReplayCassette | None:
+        """The cassette at ``path``; None when vcrpy must load it.
+
+        A missing file is an empty cassette when ``missing_ok`` (record mode
+        ``none``: nothing will be recorded), else None (``once`` records it).
+        Raises ``yaml.YAMLError``, ``ValueError``, ``KeyError`` or ``TypeError``
+        for a file that is not a cassette.
+        """
+        try:
+            with open(path, encoding="utf-8") as stream:
+                text = stream.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return cls(path, []) if missing_ok else None
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not UTF-8 text ({error})") from None
+        try:
+            data = yaml.load(text, Loader=_SAFE_LOADER)
+        except yaml.constructor.ConstructorError:
+            return None  # a Python tag: vcrpy's loader knows the ones it wrote
+        if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
+            raise ValueError("no 'interactions' list: not a vcrpy cassette")
+        interactions = []
+        for interaction in data["interactions"]:
+            recorded = interaction["request"]
+            request = ReplayRequest(
+                recorded["method"], recorded["uri"], recorded.get("body"), recorded["headers"]
+            )
+            response = interaction["response"]
+            if not isinstance(response, dict) or "status" not in response:
+                raise ValueError("an interaction without a response status")
+            interactions.append((request, response))
+        return cls(path, interactions)
+
+    def __len__(self) -> int:
+        return len(self.interactions)
+
+    def _next_unplayed(self, request: Any) -> int | None:
+        for index, (stored, _) in enumerate(self.interactions):
+            if not self._played[index] and not _failures(request, stored):
+                return index
+        return None
+
+    def can_play_response_for(self, request: Any) -> bool:
+        return self._next_unplayed(request) is not None
+
+    def play_response(self, request: Any) -> dict[str, Any]:
+        index = self._next_unplayed(request)
+        if index is None:
+            raise CassetteMissingError(f"{self.path} has no unplayed recording of {request!r}")
+        self._played[index] = True
+        return self.interactions[index][1]
+
+    def find_requests_with_most_matches(
+        self, request: Any
+    ) -> list[tuple[Any, list[str], list[tuple[str, str]]]]:
+        """vcrpy's hint for a miss: the stored requests that pass the most matchers."""
+        scored = []
+        for stored, _ in self.interactions:
+            failures = _failures(request, stored)
+            successes = [m.__name__ for m in MATCH_ON if m.__name__ not in dict(failures)]
+            scored.append((len(successes), stored, successes, failures))
+        best = max((score for score, *_ in scored), default=0)
+        return [(stored, ok, failed) for score, stored, ok, failed in scored if score == best > 0]
 
 
 # -- the recorder -------------------------------------------------------------------
@@ -553,13 +685,13 @@ class CassetteTransport(httpx.AsyncBaseTransport):
         # vcrpy sees (and logs) only the scrubbed request: matching ignores secrets
         # anyway, and its DEBUG log prints every URI it is given.
         secrets = self._recorder.secrets
-        vcr_request = VcrRequest(
+        cassette = self.cassette
+        vcr_request = cassette.request_type(
             request.method,
             scrub_uri(str(request.url), secrets),
             _scrub_body(body, secrets),
             scrub_headers(dict(request.headers), secrets),
         )
-        cassette = self.cassette
         if cassette.can_play_response_for(vcr_request):
             recorded = cassette.play_response(vcr_request)
             self.replayed += 1
@@ -694,17 +826,27 @@ class CassetteRecorder:
         return cassette_path(self.directory, kind, key)
 
     def _cassette(self, path: Path) -> Any:
-        mode = RecordMode(self.record_mode)
         try:
-            return self._load(path, mode)
+            if self.record_mode in ("none", "once"):
+                replay = ReplayCassette.read(path, missing_ok=self.record_mode == "none")
+                if replay is not None:
+                    return replay
+            return self._load(path)
         except (yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError) as error:
             raise CassetteError(
                 f"cassette {path} is corrupt ({type(error).__name__}: {error}); "
                 "delete it and re-record (--citations-record-mode=once)"
             ) from None
 
-    def _load(self, path: Path, mode: RecordMode) -> Any:
-        return Cassette.load(
+    def _load(self, path: Path) -> Any:
+        """vcrpy's own ``Cassette``: for every mode that may record."""
+        from vcr.cassette import Cassette
+        from vcr.record_mode import RecordMode
+        from vcr.request import Request
+        from vcr.serializers import yamlserializer
+
+        mode = RecordMode(self.record_mode)
+        cassette = Cassette.load(
             path=str(path),
             serializer=yamlserializer,
             persister=_Persister(
@@ -720,6 +862,8 @@ class CassetteRecorder:
             # ``all`` rewrites the cassette with what this run sent, nothing older.
             drop_unused_requests=mode is RecordMode.ALL,
         )
+        cassette.request_type = Request
+        return cassette
 
     @asynccontextmanager
     async def _session(
@@ -732,6 +876,8 @@ class CassetteRecorder:
             yield transport
         finally:
             await transport.aclose()
+        if isinstance(cassette, ReplayCassette):
+            return  # read only: nothing was recorded
         # Reached only without an exception: a half-recorded unit is never kept.
         persister = cassette._persister
         before = len(persister.written)

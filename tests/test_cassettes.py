@@ -17,12 +17,13 @@ import vcr
 from simulators._server import QuietHandler, Simulator
 
 from pytest_citations.cassettes import (
+    MATCH_ON,
     CassetteRecorder,
     _Persister,
     cassette_path,
     known_secrets,
 )
-from pytest_citations.errors import CassetteMissingError, SecretInCassetteError
+from pytest_citations.errors import CassetteError, CassetteMissingError, SecretInCassetteError
 from pytest_citations.settings import Settings
 from pytest_citations.transport import MISSING_CREDENTIAL
 
@@ -404,3 +405,78 @@ def test_a_request_body_is_parsed_once_for_every_match(monkeypatch: pytest.Monke
     with pytest.raises(AssertionError, match="bodies differ"):
         cassettes.match_body(incoming, stored)
     assert len(parsed) == 3
+
+
+EXAMPLE_CASSETTES = sorted(
+    path
+    for path in (Path(__file__).resolve().parent.parent / "examples").rglob("*.yaml")
+    if path.parent.name in ("pages", "judge", "storage")
+)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_CASSETTES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_replay_reader_plays_what_vcrpy_plays(path: Path) -> None:
+    """Every committed cassette: each recorded request gets the same answer from
+    vcrpy's ``Cassette`` and from ``ReplayCassette``, in recording order."""
+    from vcr.cassette import Cassette
+    from vcr.record_mode import RecordMode
+    from vcr.serializers import yamlserializer
+
+    from pytest_citations.cassettes import ReplayCassette
+
+    vcr_cassette = Cassette.load(
+        path=str(path), serializer=yamlserializer, record_mode=RecordMode.NONE, match_on=MATCH_ON
+    )
+    replay = ReplayCassette.read(path, missing_ok=False)
+    assert replay is not None and len(replay) == len(vcr_cassette) > 0
+    for stored, _ in vcr_cassette.data:
+        incoming = replay.request_type(stored.method, stored.uri, stored.body, stored.headers)
+        assert replay.can_play_response_for(incoming)
+        ours = replay.play_response(incoming)
+        theirs = vcr_cassette.play_response(stored)
+        body = ours["body"]["string"]
+        assert (body.encode() if isinstance(body, str) else body) == theirs["body"]["string"]
+        assert (ours["status"], ours["headers"]) == (theirs["status"], theirs["headers"])
+    assert not replay.can_play_response_for(incoming)  # each recording answers once
+
+
+def test_a_cassette_with_python_tags_is_left_to_vcrpy(tmp_path: Path, server: Simulator) -> None:
+    from pytest_citations.cassettes import ReplayCassette
+
+    asyncio.run(_get(_recorder(tmp_path), server.url + "/page"))
+    (path,) = tmp_path.rglob("*.yaml")
+    # Older vcrpy versions wrote header values as !!python/tuple; vcrpy still reads them.
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "interactions:", "extra: !!python/tuple [1]\ninteractions:", 1
+        ),
+        encoding="utf-8",
+    )
+    assert ReplayCassette.read(path, missing_ok=False) is None
+    replayed = _recorder(tmp_path, "none")
+    assert asyncio.run(_get(replayed, server.url + "/page")).status_code == 200
+    assert replayed.stats.snapshot()["replayed"] == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["just text", "interactions: 3", "interactions:\n- request: {}\n", "interactions:\n- 7\n"],
+)
+def test_a_file_that_is_not_a_cassette_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    recorder = CassetteRecorder(tmp_path, record_mode="none")
+    path = recorder.path_for("page", {"source": "https://example.com/", "fetcher": "direct"})
+    path.parent.mkdir(parents=True)
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CassetteError, match="is corrupt"):
+        asyncio.run(_get(recorder, "https://example.com/"))
+
+
+def test_a_missing_recording_says_what_differs_from_the_closest_one(
+    tmp_path: Path, server: Simulator
+) -> None:
+    asyncio.run(_post(_recorder(tmp_path), server.url + "/v1/chat", {"q": "first"}))
+    with pytest.raises(CassetteMissingError) as caught:
+        asyncio.run(_post(_recorder(tmp_path, "none"), server.url + "/v1/chat", {"q": "other"}))
+    message = str(caught.value)
+    assert "has no recording of this request" in message
+    assert "differs:  the request bodies differ" in message
