@@ -575,8 +575,13 @@ class ReplayCassette:
                 recorded["method"], recorded["uri"], recorded.get("body"), recorded["headers"]
             )
             response = interaction["response"]
-            if not isinstance(response, dict) or "status" not in response:
-                raise ValueError("an interaction without a response status")
+            status = response.get("status") if isinstance(response, dict) else None
+            if not isinstance(status, dict) or not isinstance(status.get("code"), int):
+                raise ValueError("an interaction without a response status code")
+            if not isinstance(response.get("headers", {}), dict) or not isinstance(
+                response.get("body", {}), dict
+            ):
+                raise ValueError("a response whose headers or body is not a mapping")
             interactions.append((request, response))
         return cls(path, interactions)
 

@@ -85,7 +85,8 @@ CACHE_FORMAT_VERSION = 1
 #: One text per forward pass, so a text's vector is a pure function of the text:
 #: in a larger batch the padding (set by the longest neighbour) changes the last
 #: bits (≤ 1.3e-7 measured), and a cache keyed by text alone must not depend on
-#: which other texts shared the call. On ~200-word passages it is as fast as 32.
+#: which other texts shared the call. The price: one encode of all texts at batch
+#: size 32 is ~20 % faster (benchmarks/bench_replay.py prints both).
 EMBEDDING_BATCH_SIZE = 1
 #: Scores are rounded to 6 places: float32 noise (≤ 1.2e-7) cannot reorder
 #: passages, and real differences between passages are far larger.

@@ -337,6 +337,14 @@ cassette_texts = st.one_of(
 @example(b"{{{ not yaml")
 @example(b"interactions: 5\n")
 @example(b"interactions:\n- request: 1\n")
+@example(
+    b"interactions:\n- request: {method: GET, uri: 'https://example.com/page', body: null,"
+    b" headers: {}}\n  response: {status: {code: OK}, headers: [], body: 3}\n"
+)
+@example(
+    b"interactions:\n- request: {method: GET, uri: 'https://example.com/page', body: null,"
+    b" headers: {}}\n  response: {status: {code: 200}, headers: [], body: {}}\n"
+)
 def test_any_cassette_file_replays_or_raises_a_cassette_error(
     tmp_path_factory: pytest.TempPathFactory, content: bytes
 ) -> None:
