@@ -281,16 +281,20 @@ def test_dripping_server_hits_the_whole_page_deadline(website: Any) -> None:
     assert time.monotonic() - started < 3
 
 
+#: An article long enough for main-content extraction to keep it.
+ARTICLE_HTML = (
+    "<html><body><article><p>"
+    + "Water boils at 100 degrees. " * 20
+    + "</p></article></body></html>"
+)
+
+
 def test_extraction_is_cached_on_disk_keyed_by_the_html(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_citations.fetch import direct
 
-    html = (
-        "<html><body><article><p>"
-        + "Water boils at 100 degrees. " * 20
-        + "</p></article></body></html>"
-    )
+    html = ARTICLE_HTML
     first = direct.extract(html, cache_dir=tmp_path)
     assert "Water boils" in first and len(list(tmp_path.rglob("*.md"))) == 1
 
@@ -308,11 +312,7 @@ def test_a_cached_extraction_is_read_without_a_worker_thread(
 ) -> None:
     from pytest_citations.fetch import direct
 
-    html = (
-        "<html><body><article><p>"
-        + "Water boils at 100 degrees. " * 20
-        + "</p></article></body></html>"
-    )
+    html = ARTICLE_HTML
     assert direct.cached_extraction(html, cache_dir=None) is None
     assert direct.cached_extraction(html, cache_dir=tmp_path) is None  # not extracted yet
     text = direct.extract(html, cache_dir=tmp_path)
