@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -33,6 +34,24 @@ BLOCKING_WORKERS = 32
 BLOCKING_POOL = ThreadPoolExecutor(
     max_workers=BLOCKING_WORKERS, thread_name_prefix="citations-blocking"
 )
+
+
+def _new_pools() -> None:
+    """Fresh pools in a forked child.
+
+    A child forked after a pool was used inherits an executor whose threads did
+    not survive the fork: it would wait forever for them. The child gets new,
+    empty pools instead (``multiprocessing``'s fork start method, for one).
+    """
+    global EMBEDDING_THREAD, BLOCKING_POOL
+    EMBEDDING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-embed")
+    BLOCKING_POOL = ThreadPoolExecutor(
+        max_workers=BLOCKING_WORKERS, thread_name_prefix="citations-blocking"
+    )
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
+    os.register_at_fork(after_in_child=_new_pools)
 
 
 async def run_blocking(function: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:

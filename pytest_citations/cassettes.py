@@ -427,12 +427,10 @@ class _Persister:
 
     def save_cassette(self, cassette_path: Path, cassette_dict: Any, serializer: Any) -> None:
         from vcr.serialize import serialize
-        from vcr.serializers import jsonserializer
 
         path = Path(cassette_path)
         data = serialize(cassette_dict, serializer)
-        # The JSON form has no line folding, so a secret cannot hide across a YAML wrap.
-        leaked = self._leaks(data) or self._leaks(serialize(cassette_dict, jsonserializer))
+        leaked = self._leaks(data) or self._leaks(serialize(cassette_dict, _Unfolded))
         if leaked:
             raise _secret_error(path, leaked, written=False)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -453,6 +451,26 @@ class _Persister:
             path.unlink(missing_ok=True)
             raise _secret_error(path, leaked, written=True)
         self.written.append(path)
+
+
+class _Unfolded:
+    """A vcrpy serializer for the secret search only: one line per string.
+
+    YAML folds long lines, so a secret could straddle a line break in the file;
+    this form cannot. Bytes (a PDF, an image) are read as Latin-1, one character
+    per byte, so an ASCII secret inside them is still found (vcrpy's JSON
+    serializer, used before, refuses such bodies: a binary page could not be
+    recorded).
+    """
+
+    @staticmethod
+    def serialize(data: Any) -> str:
+        def text(value: Any) -> str:
+            if isinstance(value, bytes | bytearray):
+                return bytes(value).decode("latin-1")
+            raise TypeError(f"{type(value).__name__} in a cassette")
+
+        return json.dumps(data, default=text, ensure_ascii=False)
 
 
 def _link_if_absent(temporary: str, path: Path) -> bool:
@@ -525,6 +543,30 @@ def _failures(request: Any, stored: Any) -> list[tuple[str, str]]:
     return failures
 
 
+def _checked_response(response: Any) -> dict[str, Any]:
+    """A recorded response in the shape replay reads, its body as bytes (as vcrpy gives it).
+
+    Raises ``ValueError`` for anything else, so a hand-edited or damaged file is
+    reported as a corrupt cassette instead of failing half-way through a replay.
+    """
+    status = response.get("status") if isinstance(response, dict) else None
+    if not isinstance(status, dict) or not isinstance(status.get("code"), int):
+        raise ValueError("an interaction without a response status code")
+    headers = response.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(values, list) and all(isinstance(value, str) for value in values)
+        for values in headers.values()
+    ):
+        raise ValueError("response headers that are not lists of strings")
+    body = response.get("body", {})
+    text = body.get("string") if isinstance(body, dict) else 0
+    if not isinstance(text, str | bytes | None):
+        raise ValueError("a response body that is not text or bytes")
+    if isinstance(text, str):
+        response = {**response, "body": {**body, "string": text.encode("utf-8")}}
+    return dict(response)
+
+
 class ReplayCassette:
     """A vcrpy cassette file read for replay only: record mode ``none``, or ``once``
     with the file present (vcrpy write-protects both).
@@ -558,7 +600,7 @@ class ReplayCassette:
         try:
             with open(path, encoding="utf-8") as stream:
                 text = stream.read()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return cls(path, []) if missing_ok else None
         except UnicodeDecodeError as error:
             raise ValueError(f"not UTF-8 text ({error})") from None
@@ -574,15 +616,7 @@ class ReplayCassette:
             request = ReplayRequest(
                 recorded["method"], recorded["uri"], recorded.get("body"), recorded["headers"]
             )
-            response = interaction["response"]
-            status = response.get("status") if isinstance(response, dict) else None
-            if not isinstance(status, dict) or not isinstance(status.get("code"), int):
-                raise ValueError("an interaction without a response status code")
-            if not isinstance(response.get("headers", {}), dict) or not isinstance(
-                response.get("body", {}), dict
-            ):
-                raise ValueError("a response whose headers or body is not a mapping")
-            interactions.append((request, response))
+            interactions.append((request, _checked_response(interaction["response"])))
         return cls(path, interactions)
 
     def __len__(self) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_citations._threads import run_embedding
 from pytest_citations.aggregate import aggregate
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 #: retrieval or the prompt changes what the judge is sent, so stale recordings
 #: are re-recorded instead of silently mismatching.
 PIPELINE_VERSION = "1"
+
+_T = TypeVar("_T")
 
 #: Confidence of a verdict a deterministic rule decided (a 404, a homepage
 #: redirect): no model was asked, and the rule does not guess.
@@ -125,11 +127,9 @@ class Verifier:
         claim, source_list = _validate(claim, sources, quote, section)
         quote, section = _blank_to_none(quote), _blank_to_none(section)
         async with shared_connections():  # the claim's fetches and judge calls share connections
-            verdicts = await asyncio.gather(
-                *(
-                    self.averify_citation(claim, source, quote=quote, section=section)
-                    for source in source_list
-                )
+            verdicts = await _all_or_none(
+                self.averify_citation(claim, source, quote=quote, section=section)
+                for source in source_list
             )
         return ClaimVerdict(
             claim=claim,
@@ -274,6 +274,23 @@ class Verifier:
             needs_review=confidence < self.settings.auto_accept,
             detail=page_detail,  # e.g. "page cut at N bytes": the evidence was partial
         )
+
+
+async def _all_or_none(coroutines: Iterable[Coroutine[Any, Any, _T]]) -> list[_T]:
+    """``asyncio.gather``, except that a failure cancels the others and waits for them.
+
+    ``gather`` leaves the other citations running when one raises (a missing
+    key, a cassette error): they would go on sending through a connection pool
+    that the claim's ``shared_connections`` block is about to close.
+    """
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _validate(

@@ -131,11 +131,24 @@ async def _resolve(host: str, port: int) -> list[str]:
 class _PoolSlot:
     """The pool of one :func:`shared_connections` block, created by its first live request.
 
-    A replay never sends a request, so it never pays for building a pool.
+    A replay never sends a request, so it never pays for building a pool. The
+    slot belongs to the event loop that opened the block (a pool's connections
+    cannot move between loops) and refuses to build a pool once the block ended.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.pool: httpx.AsyncHTTPTransport | None = None
+        self.closed = False
+
+    def usable(self) -> bool:
+        """Open, and on the loop running now (a thread's own loop gets its own pool)."""
+        if self.closed:
+            return False
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
 
     def get(self) -> httpx.AsyncHTTPTransport:
         if self.pool is None:
@@ -148,17 +161,29 @@ _SHARED_POOL: contextvars.ContextVar[_PoolSlot | None] = contextvars.ContextVar(
     "pytest_citations_shared_pool", default=None
 )
 
-#: Errors a request can meet when the server closed a kept-alive connection just
-#: as it was reused: the request never reached the application, so one more try
-#: on a fresh connection is safe, even for the judge's POST.
+#: Kept-alive idle connections a shared pool holds (httpx's default is 20): a
+#: batch at concurrency 16 to 32 keeps its page hosts and the judge warm. The
+#: number of open connections is not capped, as it was not with a pool per unit:
+#: a capped pool would queue requests and record the wait as a timeout.
+KEEPALIVE_CONNECTIONS = 64
+
+#: Errors a request meets when the server closed a kept-alive connection just as
+#: it was reused (RFC 9112 §9.3.1: a client may retry an idempotent request then).
 _STALE_CONNECTION_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+#: Methods retried after such an error (RFC 9110 §9.2.2). The judge's POST is
+#: not: the judge has its own bounded retries, which count every attempt.
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 Send = Callable[[httpx.AsyncHTTPTransport, httpx.Request], Awaitable[httpx.Response]]
 
 
 def new_connection_pool() -> httpx.AsyncHTTPTransport:
     """A verifying httpx transport (one connection pool) that never retries by itself."""
-    return httpx.AsyncHTTPTransport(verify=ssl_context(), retries=0)
+    return httpx.AsyncHTTPTransport(
+        verify=ssl_context(),
+        retries=0,
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
+    )
 
 
 @asynccontextmanager
@@ -170,32 +195,24 @@ async def shared_connections() -> AsyncIterator[None]:
     (measured: half the CPU of a request to a local server; over the internet a
     TLS handshake and a round trip saved each time). Nested blocks reuse the
     outer pool. The pool is bound to the running event loop, built by the first
-    live request and closed when the block ends; a verification outside any
-    block uses a pool of its own per unit of work.
+    live request and closed when the block ends; the block's caller must not
+    leave tasks sending after it (``Verifier.averify`` and ``run_batch`` cancel
+    and await theirs). A request outside any block, in another loop, or after
+    its block ended uses a pool of its own per unit of work.
     """
-    if _SHARED_POOL.get() is not None:
+    outer = _SHARED_POOL.get()
+    if outer is not None and outer.usable():
         yield
         return
-    slot = _PoolSlot()
+    slot = _PoolSlot(asyncio.get_running_loop())
     token = _SHARED_POOL.set(slot)
     try:
         yield
     finally:
         _SHARED_POOL.reset(token)
+        slot.closed = True
         if slot.pool is not None:
             await slot.pool.aclose()
-
-
-def _may_reuse(pool: httpx.AsyncHTTPTransport, url: httpx.URL) -> bool:
-    """Whether ``pool`` holds an idle connection that a request to ``url`` may be sent on."""
-    connections: Any = getattr(getattr(pool, "_pool", None), "connections", ())
-    port = url.port or (443 if url.scheme == "https" else 80)
-    wanted = (url.scheme.encode("ascii"), url.raw_host, port)
-    return any(
-        (origin.scheme, origin.host, origin.port) == wanted and connection.is_idle()
-        for connection in list(connections)
-        if (origin := getattr(connection, "_origin", None)) is not None
-    )
 
 
 async def _send_default(pool: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
@@ -207,9 +224,11 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     ``send`` is how a request goes out through a pool (the cassette recorder
     passes the httpx method as it was before a user's vcrpy cassette patched
-    it). A request that fails on a connection the pool had kept alive is sent
-    once more: the server closed it while we reused it, a race every HTTP client
-    with keep-alive must absorb (urllib3 and browsers retry the same way).
+    it). An idempotent request (GET, HEAD) that fails on a connection the pool
+    had kept alive is sent once more: the server closed the connection as we
+    reused it, a race every HTTP client with keep-alive must absorb. Whether the
+    attempt reused a connection is read from httpcore's ``trace`` extension (no
+    ``connection.connect_tcp`` event); a failure on a new connection is final.
     """
 
     def __init__(self, send: Send = _send_default) -> None:
@@ -218,7 +237,7 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     def _pool(self) -> httpx.AsyncHTTPTransport:
         slot = _SHARED_POOL.get()
-        if slot is not None:
+        if slot is not None and slot.usable():
             return slot.get()
         if self._own is None:
             self._own = new_connection_pool()
@@ -226,12 +245,27 @@ class PooledTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         pool = self._pool()
-        reused = _may_reuse(pool, request.url)
+        if request.method not in _IDEMPOTENT_METHODS:
+            return await self._send(pool, request)
+        extensions = request.extensions
+        connected = False
+        outer_trace = extensions.get("trace")
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            nonlocal connected
+            if event.startswith("connection.connect_"):
+                connected = True
+            if outer_trace is not None:
+                await outer_trace(event, info)
+
+        request.extensions = {**extensions, "trace": trace}
         try:
             return await self._send(pool, request)
         except _STALE_CONNECTION_ERRORS:
-            if not reused:
+            if connected:
                 raise
+        finally:
+            request.extensions = extensions
         return await self._send(pool, request)
 
     async def aclose(self) -> None:

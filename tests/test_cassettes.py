@@ -38,6 +38,10 @@ class _State:
         self.version = "v1"
 
 
+#: Bytes that are not UTF-8: vcrpy stores them as a ``!!binary`` YAML scalar.
+BINARY_BODY = bytes(range(256)) * 4
+
+
 class _Handler(QuietHandler):
     server: Any
 
@@ -46,6 +50,9 @@ class _Handler(QuietHandler):
         if self.path.startswith("/gzip"):
             data = gzip.compress(b"compressed page text")
             self.send(200, data, headers={"Content-Encoding": "gzip"})
+            return
+        if self.path.startswith("/binary"):
+            self.send(200, BINARY_BODY, content_type="application/octet-stream")
             return
         if self.path.startswith("/crawl"):
             self.send_json(
@@ -343,7 +350,12 @@ def test_the_token_never_reaches_vcrpys_log(
     assert TOKEN not in caplog.text
 
 
-def test_a_cassette_holding_a_secret_is_refused_and_deleted(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [API_KEY.encode(), b"\x89PNG\r\n\x1a\n\xff\xfe" + API_KEY.encode() + bytes(range(256))],
+    ids=["text", "binary"],
+)
+def test_a_cassette_holding_a_secret_is_refused_and_deleted(tmp_path: Path, body: bytes) -> None:
     from vcr.request import Request
     from vcr.serializers import yamlserializer
 
@@ -353,7 +365,7 @@ def test_a_cassette_holding_a_secret_is_refused_and_deleted(tmp_path: Path) -> N
     response = {
         "status": {"code": 200, "message": "OK"},
         "headers": {},
-        "body": {"string": API_KEY.encode()},
+        "body": {"string": body},  # binary: stored base64 by YAML, found by the unfolded form
     }
     with pytest.raises(SecretInCassetteError) as caught:
         persister.save_cassette(
@@ -460,7 +472,17 @@ def test_a_cassette_with_python_tags_is_left_to_vcrpy(tmp_path: Path, server: Si
 
 @pytest.mark.parametrize(
     "content",
-    ["just text", "interactions: 3", "interactions:\n- request: {}\n", "interactions:\n- 7\n"],
+    [
+        "just text",
+        "interactions: 3",
+        "interactions:\n- request: {}\n",
+        "interactions:\n- 7\n",
+        # a request that matches, with a response replay could not use
+        "interactions:\n- request: {method: GET, uri: 'https://example.com/', body: null,"
+        " headers: {}}\n  response: {status: {code: 200}, headers: {}, body: {string: 3}}\n",
+        "interactions:\n- request: {method: GET, uri: 'https://example.com/', body: null,"
+        " headers: {}}\n  response: {status: {code: 200}, headers: {a: 1}, body: {}}\n",
+    ],
 )
 def test_a_file_that_is_not_a_cassette_is_a_clear_error(tmp_path: Path, content: str) -> None:
     recorder = CassetteRecorder(tmp_path, record_mode="none")
@@ -480,3 +502,19 @@ def test_a_missing_recording_says_what_differs_from_the_closest_one(
     message = str(caught.value)
     assert "has no recording of this request" in message
     assert "differs:  the request bodies differ" in message
+
+
+def test_a_binary_body_replays_byte_for_byte(tmp_path: Path, server: Simulator) -> None:
+    recorded = asyncio.run(_get(_recorder(tmp_path), server.url + "/binary"))
+    (path,) = tmp_path.rglob("*.yaml")
+    assert "!!binary" in path.read_text(encoding="utf-8")
+    replayed = asyncio.run(_get(_recorder(tmp_path, "none"), server.url + "/binary"))
+    assert recorded.content == replayed.content == BINARY_BODY
+
+
+def test_a_folder_where_a_cassette_should_be_is_a_missing_cassette(tmp_path: Path) -> None:
+    recorder = CassetteRecorder(tmp_path, record_mode="none")
+    path = recorder.path_for("page", {"source": "https://example.com/", "fetcher": "direct"})
+    path.mkdir(parents=True)
+    with pytest.raises(CassetteMissingError, match="no page cassette for this citation"):
+        asyncio.run(_get(recorder, "https://example.com/"))

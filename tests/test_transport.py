@@ -11,8 +11,10 @@ when the server closes an idle one).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 import json
+import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -42,6 +44,8 @@ class KeepAliveServer:
     """
 
     drop: object = None
+    #: Seconds to wait before answering a request whose path starts with /slow.
+    slow: float = 0.0
     connections: int = 0
     closed_by_client: int = 0
     requests: list[tuple[int, int]] = field(default_factory=list)
@@ -78,6 +82,11 @@ class KeepAliveServer:
                 self.requests.append((index, served))
                 if callable(self.drop) and self.drop(index, served):
                     return  # closed without a response
+                if _head.split(b" ")[1:2] and _head.split(b" ")[1].startswith(b"/slow"):
+                    readable, _, _ = select.select([connection], [], [], self.slow)
+                    if readable and not connection.recv(65536):
+                        self.closed_by_client += 1  # the client gave up waiting
+                        return
                 served += 1
                 connection.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
@@ -155,6 +164,74 @@ def test_a_request_dropped_on_a_fresh_connection_is_not_retried(server: KeepAliv
     assert server.requests == [(0, 0)]  # a real failure: no silent second request
 
 
+def test_a_post_dropped_on_a_reused_connection_is_not_sent_again(server: KeepAliveServer) -> None:
+    # The judge's POST is not idempotent: the judge's own bounded retries decide.
+    server.drop = lambda connection, request: (connection, request) == (0, 1)
+
+    async def scenario() -> None:
+        async with shared_connections():
+            transport = LiveTransport(allow_private_hosts=True)
+            async with client_for(transport, timeout=5) as client:
+                assert (await client.post(server.url + "/v1", content=b"{}")).status_code == 200
+                await client.post(server.url + "/v1", content=b"{}")
+
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        asyncio.run(scenario())
+    assert server.requests == [(0, 0), (0, 1)]
+
+
+def test_concurrent_requests_retry_only_what_was_dropped_on_a_reused_connection(
+    server: KeepAliveServer,
+) -> None:
+    # Connection 0 serves a first request, then drops its second one; every later
+    # connection drops everything. Only the request that went out on the reused
+    # connection 0 may be tried again, once; those that failed on fresh
+    # connections are final, whatever the pool held when they started.
+    server.drop = lambda connection, request: connection >= 1 or request >= 1
+
+    async def scenario() -> list[object]:
+        async with shared_connections():
+            transport = LiveTransport(allow_private_hosts=True)
+            async with client_for(transport, timeout=5) as client:
+                await client.get(server.url + "/warm")
+                return await asyncio.gather(
+                    client.get(server.url + "/a"),
+                    client.get(server.url + "/b"),
+                    return_exceptions=True,
+                )
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(outcome, httpx.TransportError) for outcome in outcomes)
+    assert server.requests[:1] == [(0, 0)]
+    # the warm-up, the two requests, and one retry in all: the reused connection's
+    assert len(server.requests) == 1 + 2 + 1
+
+
+def test_a_thread_with_its_own_loop_does_not_borrow_the_blocks_pool(
+    server: KeepAliveServer,
+) -> None:
+    from pytest_citations._threads import run_blocking
+
+    def in_another_loop() -> int:
+        async def one() -> int:
+            transport = LiveTransport(allow_private_hosts=True)
+            async with client_for(transport, timeout=5) as client:
+                status = (await client.get(server.url + "/other-loop")).status_code
+            await transport.aclose()
+            return status
+
+        return asyncio.run(one())
+
+    async def scenario() -> list[int]:
+        async with shared_connections():
+            first = await _get_twice(server.url + "/a", shared=True)
+            # run_blocking copies the context (and so the block's pool) into the thread
+            return [*first, await run_blocking(in_another_loop)]
+
+    assert asyncio.run(scenario()) == [200, 200, 200]
+    assert server.connections == 2  # the block's connection, and the thread's own
+
+
 def test_a_block_closes_its_pool(server: KeepAliveServer) -> None:
     async def scenario() -> None:
         async with shared_connections():
@@ -197,3 +274,47 @@ def test_a_batch_fetches_every_page_over_one_kept_alive_connection(
     result = asyncio.run(run_batch(options, verifier, stderr=io.StringIO()))
     assert [row.verdict.reason for row in result.rows if row.verdict] == ["thin_page"] * 4
     assert (server.connections, len(server.requests)) == (1, 4)
+
+
+def test_a_request_after_its_block_ended_does_not_use_the_closed_pool(
+    server: KeepAliveServer,
+) -> None:
+    async def scenario() -> tuple[int, bool]:
+        async with shared_connections():
+            inside = contextvars.copy_context()  # what a task started in the block keeps
+        transport = PooledTransport()
+
+        async def late() -> tuple[int, bool]:
+            async with httpx.AsyncClient(transport=transport) as client:
+                status = (await client.get(server.url + "/late")).status_code
+                return status, transport._own is not None
+
+        return await asyncio.get_running_loop().create_task(late(), context=inside)
+
+    # A closed httpcore pool would still open connections, and nothing would close them.
+    assert asyncio.run(scenario()) == (200, True)  # sent through a pool of its own
+
+
+def test_when_one_citation_fails_the_others_are_cancelled_before_the_error_returns() -> None:
+    from pytest_citations.pipeline import _all_or_none
+
+    events: list[str] = []
+
+    async def fails() -> None:
+        await asyncio.sleep(0.01)
+        raise ValueError("one citation failed")
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(5)
+        finally:
+            events.append("slow citation stopped")
+
+    async def scenario() -> None:
+        with pytest.raises(ValueError, match="one citation failed"):
+            await _all_or_none([slow(), fails()])
+        # plain gather would return the error with the slow citation still running
+        events.append("error returned")
+
+    asyncio.run(scenario())
+    assert events == ["slow citation stopped", "error returned"]
