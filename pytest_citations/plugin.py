@@ -20,6 +20,7 @@ source of the summary, the JSON report and the session gates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -99,6 +100,7 @@ class _ItemCitations:
     def __init__(self) -> None:
         self.claims: list[ClaimVerdict] = []
         self.requests: dict[str, int] = {"replayed": 0, "live": 0}
+        self.configuration: str | None = None
 
 
 class _SessionState:
@@ -109,13 +111,27 @@ class _SessionState:
         self.gate_lines: list[str] = []
         self.diff_lines: list[str] = []
         self.report_path: Path | None = None
-        self.settings_json: dict[str, Any] | None = None
+        #: Every configuration a verification used, by id, in order of first use:
+        #: folders may override the settings, and the report names each test's.
+        self.configurations: dict[str, dict[str, Any]] = {}
+        self.configuration_ids: dict[Settings, str] = {}
         #: Built once per distinct configuration, not once per session: a folder's
         #: conftest may override the cassette dir or settings, and every test must
         #: get the recorder and verifier of its own folder (see the fixtures).
         self.settings: dict[tuple[Any, ...], Settings] = {}
         self.recorders: dict[tuple[Any, ...], Recorder] = {}
         self.verifiers: dict[tuple[int, ...], Verifier] = {}
+
+    def configuration_id(self, settings: Settings, rootpath: Path) -> str:
+        """The id under which ``settings`` appear in the report (registered on first use)."""
+        known = self.configuration_ids.get(settings)
+        if known is None:
+            data = _settings_json(settings, rootpath)
+            canonical = json.dumps(data, sort_keys=True, ensure_ascii=False)
+            known = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+            self.configuration_ids[settings] = known
+            self.configurations.setdefault(known, data)
+        return known
 
     def citations(self) -> SessionCitations:
         if self.collected is None:
@@ -400,8 +416,6 @@ def citations_verifier(
     key = tuple(id(part) for part in parts)
     verifier = state.verifiers.get(key)
     if verifier is None:
-        if state.settings_json is None:  # the report names the first configuration
-            state.settings_json = _settings_json(citations_settings, pytestconfig.rootpath)
         verifier = state.verifiers[key] = Verifier(
             citations_settings,
             embedder=citations_embedder,
@@ -435,11 +449,13 @@ class VerifyCitation:
         verifier: Verifier,
         recorder: Recorder,
         audit: AuditLog | None = None,
+        configuration: str | None = None,
     ) -> None:
         self._item = item
         self._verifier = verifier
         self._recorder = recorder
         self._audit = audit
+        self._configuration = configuration
 
     def __call__(
         self,
@@ -490,6 +506,7 @@ class VerifyCitation:
         __tracebackhide__ = True
         after = _stats(self._recorder)
         record = self._item.stash.setdefault(_ITEM_CALLS, _ItemCitations())
+        record.configuration = self._configuration
         for name in ("replayed", "live"):
             record.requests[name] += after.get(name, 0) - before.get(name, 0)
         pop = getattr(self._recorder, "pop_errors", None)
@@ -521,7 +538,11 @@ def verify_citation(
     the JUnit properties and the session report. ``await
     verify_citation.averify(...)`` in async tests.
     """
-    return VerifyCitation(request.node, citations_verifier, citations_recorder, citations_audit)
+    state = request.config.stash[_STATE]
+    configuration = state.configuration_id(citations_verifier.settings, request.config.rootpath)
+    return VerifyCitation(
+        request.node, citations_verifier, citations_recorder, citations_audit, configuration
+    )
 
 
 # -- per-test hooks ---------------------------------------------------------------------
@@ -563,7 +584,10 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 
             citations = [c for claim in record.claims for c in claim.citations]
             item.user_properties.append(
-                ("citations", encode_test_property(record.claims, record.requests))
+                (
+                    "citations",
+                    encode_test_property(record.claims, record.requests, record.configuration),
+                )
             )
             item.user_properties.append(
                 ("citation_precision", precision(citations).lines()[0].split("=", 1)[1])
@@ -641,26 +665,32 @@ class _Collector:
             if name == "citations":
                 from pytest_citations.report import decode_test_property
 
-                claims, requests = decode_test_property(str(value))
+                claims, requests, configuration = decode_test_property(str(value))
                 state.citations().add(
-                    report.nodeid, claims, requests, outcomes.get(report.nodeid, "passed")
+                    report.nodeid,
+                    claims,
+                    requests,
+                    outcomes.get(report.nodeid, "passed"),
+                    configuration,
                 )
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        """xdist controller: take the settings a worker really used (its conftests'
-        overrides included) for the report, rather than rebuilding the defaults."""
+        """xdist controller: take the configurations a worker really used (its
+        conftests' overrides included) for the report, rather than rebuilding the
+        defaults."""
         raw = getattr(node, "workeroutput", {}).get(_WORKER_SETTINGS)
         state = self.config.stash.get(_STATE, None)
-        if raw and state is not None and state.settings_json is None:
-            state.settings_json = json.loads(raw)
+        if raw and state is not None:
+            for name, configuration in json.loads(raw).items():
+                state.configurations.setdefault(name, configuration)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = session.config
         state = config.stash.get(_STATE, None)
-        if state is not None and _is_worker(config) and state.settings_json is not None:
+        if state is not None and _is_worker(config) and state.configurations:
             output = config.workeroutput  # type: ignore[attr-defined]
-            output[_WORKER_SETTINGS] = json.dumps(state.settings_json)
+            output[_WORKER_SETTINGS] = json.dumps(state.configurations)
         if state is None or _is_worker(config) or state.collected is None:
             return
         collected = state.collected
@@ -669,8 +699,16 @@ class _Collector:
         from pytest_citations.pipeline import PIPELINE_VERSION
         from pytest_citations.report import compare_with_baseline, load_report
 
+        named = [record.configuration for record in collected.tests.values()]
+        used = {
+            name: state.configurations[name]
+            for name in dict.fromkeys(named)
+            if name is not None and name in state.configurations
+        }
+        first = next(iter(used.values()), None)
         report = collected.to_json(
-            settings=state.settings_json or _controller_settings(config),
+            settings=first or _controller_settings(config),
+            configurations=used,
             record_mode=state.record_mode,
             pipeline_version=PIPELINE_VERSION,
         )

@@ -12,7 +12,9 @@ JSON report (schema version :data:`REPORT_SCHEMA_VERSION`)::
       "pytest_citations_version": "0.1.0",
       "pipeline_version": "1",
       "record_mode": "none",
-      "settings": {...},                                 # Settings minus secret fields
+      "settings": {...},                                 # the first configuration used,
+                                                         # Settings minus secret fields
+      "configurations": {"3f2a9c1b07de": {...}, ...},    # every configuration used, by id
       "summary": {
         "tests": 3, "claims": 4, "citations": 9,
         "labels": {"supported": 2, "contradicted": 1, "not_found": 3,
@@ -24,13 +26,16 @@ JSON report (schema version :data:`REPORT_SCHEMA_VERSION`)::
       },
       "tests": [
         {"nodeid": "tests/test_x.py::test_a", "outcome": "passed",
+         "configuration": "3f2a9c1b07de",              # a key of "configurations"
          "requests": {"replayed": 4, "live": 0},
          "claims": [{"claim": "...", "label": "supported",
                      "citations": [<CitationVerdict as JSON>, ...]}]}
       ]
     }
 
-``value`` is null when the denominator is 0. A citation's fields are those of
+``value`` is null when the denominator is 0. A folder's ``conftest.py`` may
+override the settings, so one session can verify under several configurations:
+each test names the one it used. A citation's fields are those of
 :class:`~pytest_citations.models.CitationVerdict` (``url``, ``label``,
 ``evidence_quote``, ``confidence``, ``final_url``, ``original_status``, ``rid``,
 ``reason``, ``needs_review``, ``quote``, ``section``, ``closest_passage``,
@@ -299,11 +304,13 @@ class TestCitations:
     claims: list[ClaimVerdict] = field(default_factory=list)
     outcome: str = "passed"
     requests: dict[str, int] = field(default_factory=dict)
+    configuration: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "nodeid": self.nodeid,
             "outcome": self.outcome,
+            "configuration": self.configuration,
             "requests": {
                 "replayed": self.requests.get("replayed", 0),
                 "live": self.requests.get("live", 0),
@@ -312,22 +319,28 @@ class TestCitations:
         }
 
 
-def encode_test_property(claims: Sequence[ClaimVerdict], requests: Mapping[str, int]) -> str:
+def encode_test_property(
+    claims: Sequence[ClaimVerdict], requests: Mapping[str, int], configuration: str | None = None
+) -> str:
     """The ``citations`` user property: how a worker's verdicts reach the controller."""
     return json.dumps(
         {
             "claims": [claim.model_dump(mode="json") for claim in claims],
             "requests": dict(requests),
+            "configuration": configuration,
         },
         ensure_ascii=False,
         sort_keys=True,
     )
 
 
-def decode_test_property(value: str) -> tuple[list[ClaimVerdict], dict[str, int]]:
+def decode_test_property(value: str) -> tuple[list[ClaimVerdict], dict[str, int], str | None]:
+    """(claims, requests, configuration id) from :func:`encode_test_property`'s text."""
     data = json.loads(value)
     claims = [ClaimVerdict.model_validate(item) for item in data.get("claims", [])]
-    return claims, {k: int(v) for k, v in data.get("requests", {}).items()}
+    requests = {k: int(v) for k, v in data.get("requests", {}).items()}
+    configuration = data.get("configuration")
+    return claims, requests, configuration if isinstance(configuration, str) else None
 
 
 @dataclass
@@ -342,12 +355,14 @@ class SessionCitations:
         claims: Sequence[ClaimVerdict],
         requests: Mapping[str, int],
         outcome: str = "passed",
+        configuration: str | None = None,
     ) -> None:
         record = self.tests.setdefault(nodeid, TestCitations(nodeid))
         # A rerun (pytest-rerunfailures) replaces the earlier attempt.
         record.claims = list(claims)
         record.requests = dict(requests)
         record.outcome = outcome
+        record.configuration = configuration
 
     def citations(self) -> list[tuple[str, str, CitationVerdict]]:
         return [
@@ -383,6 +398,7 @@ class SessionCitations:
         self,
         *,
         settings: Mapping[str, Any] | None = None,
+        configurations: Mapping[str, Mapping[str, Any]] | None = None,
         record_mode: str | None = None,
         pipeline_version: str | None = None,
     ) -> dict[str, Any]:
@@ -396,6 +412,7 @@ class SessionCitations:
             "pipeline_version": pipeline_version,
             "record_mode": record_mode,
             "settings": dict(settings or {}),
+            "configurations": {name: dict(value) for name, value in (configurations or {}).items()},
             "summary": self.summary_json(),
             "tests": [self.tests[nodeid].to_json() for nodeid in sorted(self.tests)],
         }

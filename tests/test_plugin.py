@@ -379,6 +379,32 @@ def citations_settings(citations_settings):
     assert report["settings"]["top_k"] == 5  # the conftest override, not the default 3
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_the_report_names_the_configuration_each_folder_used(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    if workers:
+        pytest.importorskip("xdist")
+    setup_inner(pytester, test_basic=BASIC)
+    wide = pytester.mkdir("wide")
+    (wide / "test_wide.py").write_text(BASIC.replace("def test_", "def test_wide_"))
+    (wide / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef citations_settings(citations_settings):\n"
+        '    return citations_settings.model_copy(update={"top_k": 5})\n'
+    )
+    result, _ = _record(pytester, monkeypatch, *workers, "--citations-report=r.json")
+    result.assert_outcomes(passed=6)
+    report = json.loads((pytester.path / "r.json").read_text())
+    configurations = report["configurations"]
+    assert sorted(c["top_k"] for c in configurations.values()) == [3, 5]
+    top_k = {
+        test["nodeid"].split("::")[0]: configurations[test["configuration"]]["top_k"]
+        for test in report["tests"]
+    }
+    assert top_k == {"test_basic.py": 3, "wide/test_wide.py": 5}
+    assert report["settings"] in configurations.values()
+
+
 def test_audit_index_gets_one_row_per_citation_from_every_worker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,12 +144,20 @@ def test_summary_lines_use_the_seed_format() -> None:
 
 def test_report_json_round_trips_through_the_property() -> None:
     claims = [_claim(SUPPORTED, DEAD)]
-    decoded, requests = decode_test_property(
-        encode_test_property(claims, {"replayed": 1, "live": 2})
+    decoded, requests, configuration = decode_test_property(
+        encode_test_property(claims, {"replayed": 1, "live": 2}, "3f2a9c1b07de")
     )
     assert decoded == claims and requests == {"replayed": 1, "live": 2}
-    report = _session().to_json(settings={"top_k": 3}, record_mode="none", pipeline_version="1")
+    assert configuration == "3f2a9c1b07de"
+    assert decode_test_property(encode_test_property(claims, {}))[2] is None
+    report = _session().to_json(
+        settings={"top_k": 3},
+        configurations={"3f2a9c1b07de": {"top_k": 3}},
+        record_mode="none",
+        pipeline_version="1",
+    )
     assert report["schema_version"] == 1
+    assert report["configurations"] == {"3f2a9c1b07de": {"top_k": 3}}
     assert report["summary"]["labels"]["fabricated"] == 1
     assert report["summary"]["citation_precision"] == {"value": 0.2, "supported": 1, "total": 5}
     assert json.loads(json.dumps(report)) == report
