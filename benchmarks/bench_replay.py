@@ -178,7 +178,7 @@ def cold(suite: Path, claims: list[tuple[str, list[str]]], repeat: int) -> dict:
         return time.perf_counter() - start
 
     def per_call() -> None:
-        for texts in calls:  # the pipeline's call pattern: one encode per citation
+        for texts in calls:  # the pipeline's call pattern: one encode per claim
             model.encode(
                 texts,
                 batch_size=EMBEDDING_BATCH_SIZE,
@@ -337,11 +337,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['batch']} (the pipeline's) {pair['raw_same_batch_s']:.2f}s -> ratio "
             f"{pair['raw_same_batch_s'] / pair['pipeline_s']:.3f}; batch_size=32 "
             f"{pair['raw_batch32_s']:.2f}s; in the pipeline's call pattern ({c['calls']} "
-            f"calls, one per citation) {pair['raw_per_call_s']:.2f}s"
+            f"calls, one per claim) {pair['raw_per_call_s']:.2f}s"
         )
     print(
         f"  median ratios: same batch size {ratio:.3f}, vs batch_size=32 {c['ratio32']:.3f}, "
-        f"vs the per-citation call pattern {c['ratio_per_call']:.3f}; model load "
+        f"vs the per-claim call pattern {c['ratio_per_call']:.3f}; model load "
         f"{c['model_load_s']:.1f}s; peak RSS with the model loaded {c['rss_mib']:.0f} MiB"
     )
     tmp.cleanup()

@@ -126,9 +126,10 @@ class Verifier:
         """Verify one claim against each source; citations run concurrently."""
         claim, source_list = _validate(claim, sources, quote, section)
         quote, section = _blank_to_none(quote), _blank_to_none(section)
+        ranking = _ClaimRanking(self, claim, len(source_list))
         async with shared_connections():  # the claim's fetches and judge calls share connections
             verdicts = await _all_or_none(
-                self.averify_citation(claim, source, quote=quote, section=section)
+                self._verify_citation(claim, source, quote, section, ranking.seat())
                 for source in source_list
             )
         return ClaimVerdict(
@@ -146,7 +147,33 @@ class Verifier:
         section: str | None = None,
     ) -> CitationVerdict:
         """One (claim, source) pair through every stage."""
-        page = await self._pages.get(source, self.settings, self.recorder)
+        return await self._verify_citation(claim, source, quote, section, None)
+
+    async def _verify_citation(
+        self,
+        claim: str,
+        source: str,
+        quote: str | None,
+        section: str | None,
+        seat: _Seat | None,
+    ) -> CitationVerdict:
+        """:meth:`averify_citation`, ranking through the claim's ``seat`` when it has one."""
+        try:
+            page = await self._pages.get(source, self.settings, self.recorder)
+            return await self._verify_page(claim, source, quote, section, page, seat)
+        finally:
+            if seat is not None:
+                seat.leave()  # no ranking of its own (or done): the others need not wait
+
+    async def _verify_page(
+        self,
+        claim: str,
+        source: str,
+        quote: str | None,
+        section: str | None,
+        page: Page,
+        seat: _Seat | None,
+    ) -> CitationVerdict:
         base: dict[str, Any] = {
             "url": source,
             "final_url": page.final_url,
@@ -164,13 +191,15 @@ class Verifier:
                 detail=page.detail,
             )
 
-        evidence, early = await self._evidence(claim, page, quote, section)
+        evidence, early = await self._evidence(claim, page, quote, section, seat)
+        if seat is not None:
+            seat.leave()  # before the judge: a sibling's ranking must not wait for it
         if early is not None:
             return CitationVerdict(**{"detail": page.detail, **base, **early})
         return await self._judged(claim, source, quote, section, evidence, base, page.detail)
 
     async def _evidence(
-        self, claim: str, page: Page, quote: str | None, section: str | None
+        self, claim: str, page: Page, quote: str | None, section: str | None, seat: _Seat | None
     ) -> tuple[list[str], dict[str, Any] | None]:
         """What the judge reads, or the fields of a verdict decided without it.
 
@@ -212,12 +241,19 @@ class Verifier:
                 "reason": Reason.empty_page.value,
                 "confidence": RULE_CONFIDENCE,
             }
-        from pytest_citations.retrieval import top_k, top_k_cached
+        if seat is not None:
+            return await seat.rank(passages), None
+        return (await self._rank_each(claim, [passages]))[0], None
 
-        ranked = top_k_cached(claim, passages, self.embedder, self.settings.top_k)
+    async def _rank_each(self, claim: str, passage_lists: list[list[str]]) -> list[list[str]]:
+        """The top-k passages of each list; the model, if needed, on its own thread."""
+        from pytest_citations.retrieval import top_k_each, top_k_each_cached
+
+        k = self.settings.top_k
+        ranked = top_k_each_cached(claim, passage_lists, self.embedder, k)
         if ranked is None:  # the model must run: on its own thread
-            ranked = await run_embedding(top_k, claim, passages, self.embedder, self.settings.top_k)
-        return [passage for _, passage, _ in ranked], None
+            ranked = await run_embedding(top_k_each, claim, passage_lists, self.embedder, k)
+        return [[passage for _, passage, _ in ranking] for ranking in ranked]
 
     async def _judged(
         self,
@@ -274,6 +310,76 @@ class Verifier:
             needs_review=confidence < self.settings.auto_accept,
             detail=page_detail,  # e.g. "page cut at N bytes": the evidence was partial
         )
+
+
+class _ClaimRanking:
+    """Ranks the passages of every citation of one claim in one embedding call.
+
+    Each citation gets a seat. A citation whose page must be ranked waits on its
+    seat; one that needs no ranking (a dead link, a quote, a section) leaves it.
+    When every seat is taken or left, the waiting pages are ranked together:
+    one model call per claim instead of one per page, the claim embedded once
+    (cold, ~5 % of the time per claim; see README "Performance and limits").
+    The rankings are those each page gets alone: a vector depends on its text
+    only.
+    """
+
+    def __init__(self, verifier: Verifier, claim: str, seats: int) -> None:
+        self._verifier = verifier
+        self._claim = claim
+        self._open = seats
+        self._waiting: list[tuple[list[str], asyncio.Future[list[str]]]] = []
+        self._flush: asyncio.Task[None] | None = None
+
+    def seat(self) -> _Seat:
+        return _Seat(self)
+
+    def _wait(self, passages: list[str]) -> asyncio.Future[list[str]]:
+        future: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((passages, future))
+        return future
+
+    def _left(self) -> None:
+        self._open -= 1
+        if self._open == 0 and self._waiting and self._flush is None:
+            self._flush = asyncio.ensure_future(self._rank_waiting())
+
+    async def _rank_waiting(self) -> None:
+        waiting = [(passages, future) for passages, future in self._waiting if not future.done()]
+        try:
+            rankings = await self._verifier._rank_each(
+                self._claim, [passages for passages, _ in waiting]
+            )
+        except Exception as error:  # every waiting citation gets the error
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        except BaseException:  # cancelled with its claim: so are the citations waiting
+            for _, future in waiting:
+                future.cancel()
+            raise
+        for (_, future), ranking in zip(waiting, rankings, strict=True):
+            if not future.done():
+                future.set_result(ranking)
+
+
+class _Seat:
+    """One citation's place in its claim's :class:`_ClaimRanking` (left exactly once)."""
+
+    def __init__(self, ranking: _ClaimRanking) -> None:
+        self._ranking = ranking
+        self._left = False
+
+    async def rank(self, passages: list[str]) -> list[str]:
+        future = self._ranking._wait(passages)
+        self.leave()
+        return await future
+
+    def leave(self) -> None:
+        if not self._left:
+            self._left = True
+            self._ranking._left()
 
 
 async def _all_or_none(coroutines: Iterable[Coroutine[Any, Any, _T]]) -> list[_T]:

@@ -74,7 +74,8 @@ __all__ = [
     "cosine",
     "default_embedder",
     "top_k",
-    "top_k_cached",
+    "top_k_each",
+    "top_k_each_cached",
 ]
 
 _log = logging.getLogger(__name__)
@@ -159,47 +160,74 @@ def top_k(
     The claim and all passages are embedded in one call (one cache lookup, at
     most one model batch).
     """
-    if k < 1 or not passages:
-        return []
-    return _ranked(embedder.name, passages, embedder.embed([claim, *passages]), k)
+    return top_k_each(claim, [passages], embedder, k)[0]
 
 
-def top_k_cached(
+def top_k_each(
     claim: str,
-    passages: Sequence[str],
+    passage_lists: Sequence[Sequence[str]],
     embedder: Embedder,
     k: int = DEFAULT_TOP_K,
-) -> list[tuple[int, str, float]] | None:
-    """:func:`top_k` when every vector is already in a :class:`CachedEmbedder`'s cache.
+) -> list[list[tuple[int, str, float]]]:
+    """:func:`top_k` of each list (the pages one claim cites), in one embedding call.
+
+    The claim is embedded once for all its sources, and the model is called once
+    per claim rather than once per page: per call, sentence-transformers and the
+    hop to the embedding thread cost milliseconds. Vectors do not depend on what
+    shares the call (see :data:`EMBEDDING_BATCH_SIZE`), so each ranking is the one
+    :func:`top_k` of that list alone returns.
+    """
+    texts = [passage for passages in passage_lists for passage in passages]
+    if k < 1 or not texts:
+        return [[] for _ in passage_lists]
+    return _rank_each(embedder.name, passage_lists, embedder.embed([claim, *texts]), k)
+
+
+def top_k_each_cached(
+    claim: str,
+    passage_lists: Sequence[Sequence[str]],
+    embedder: Embedder,
+    k: int = DEFAULT_TOP_K,
+) -> list[list[tuple[int, str, float]]] | None:
+    """:func:`top_k_each` when every vector is already in a :class:`CachedEmbedder`'s cache.
 
     None when a text would need the model (or ``embedder`` keeps no cache): then
-    call :func:`top_k` where the model may run. A warm replay ranks here, on the
-    caller's thread, without a hop to the embedding thread for a few file reads.
+    call :func:`top_k_each` where the model may run. A warm replay ranks here, on
+    the caller's thread, without a hop to the embedding thread for a few file reads.
     """
-    if k < 1 or not passages:
-        return []
+    texts = [passage for passages in passage_lists for passage in passages]
+    if k < 1 or not texts:
+        return [[] for _ in passage_lists]
     if not isinstance(embedder, CachedEmbedder):
         return None
-    vectors = embedder.lookup([claim, *passages])
+    vectors = embedder.lookup([claim, *texts])
     if vectors is None:
         return None
-    return _ranked(embedder.name, passages, vectors, k)
+    return _rank_each(embedder.name, passage_lists, vectors, k)
 
 
-def _ranked(
-    name: str, passages: Sequence[str], vectors: list[list[float]], k: int
-) -> list[tuple[int, str, float]]:
-    if len(vectors) != len(passages) + 1:
-        raise ValueError(
-            f"embedder {name!r} returned {len(vectors)} vectors for {len(passages) + 1} texts"
-        )
+def _rank_each(
+    name: str,
+    passage_lists: Sequence[Sequence[str]],
+    vectors: list[list[float]],
+    k: int,
+) -> list[list[tuple[int, str, float]]]:
+    """Each list ranked against ``vectors[0]``; the lists' vectors follow in order."""
+    expected = 1 + sum(len(passages) for passages in passage_lists)
+    if len(vectors) != expected:
+        raise ValueError(f"embedder {name!r} returned {len(vectors)} vectors for {expected} texts")
     query = vectors[0]
-    ranked = [
-        (index, passage, _score(query, vectors[index + 1]))
-        for index, passage in enumerate(passages)
-    ]
-    ranked.sort(key=lambda item: (-item[2], item[0]))
-    return ranked[:k]
+    rankings = []
+    offset = 1
+    for passages in passage_lists:
+        ranked = [
+            (index, passage, _score(query, vectors[offset + index]))
+            for index, passage in enumerate(passages)
+        ]
+        ranked.sort(key=lambda item: (-item[2], item[0]))
+        rankings.append(ranked[:k])
+        offset += len(passages)
+    return rankings
 
 
 # --------------------------------------------------------------------------- MiniLM

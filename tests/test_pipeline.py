@@ -8,6 +8,7 @@ precision — is the real code.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ from simulators.crawlbase import NORMAL_TOKEN
 from simulators.scripted import FAKE_KEY
 
 from pytest_citations.aggregate import Precision
-from pytest_citations.errors import InvalidCitationError, MissingCredentialError
+from pytest_citations.errors import (
+    ConfigurationError,
+    InvalidCitationError,
+    MissingCredentialError,
+)
 from pytest_citations.models import Label
 from pytest_citations.pipeline import Verifier
 from pytest_citations.settings import Settings
@@ -245,3 +250,58 @@ def test_an_empty_quote_is_no_quote(verifier: Verifier, openai_sim: Any, quote: 
 def test_a_malformed_url_is_unreachable_not_a_crash(verifier: Verifier, url: str) -> None:
     citation = verifier.verify(BOILING_SENTENCE, [url]).citations[0]
     assert (citation.label, citation.reason) == (Label.unreachable, "invalid_url")
+
+
+def test_a_claims_pages_are_ranked_in_one_embedding_call(
+    crawlbase_api: Any, openai_sim: Any
+) -> None:
+    settings = Settings(
+        fetcher="crawlbase",
+        crawlbase_token=NORMAL_TOKEN,
+        crawlbase_api_url=crawlbase_api.url + "/",
+        openai_api_key=FAKE_KEY,
+        openai_base_url=openai_sim.url + "/v1",
+    )
+    embedder = FakeEmbedder()
+    sources = [BOILING, f"{SITE}/articles/http-404-explained", f"{SITE}/old-report"]
+    verdict = Verifier(settings, embedder=embedder).verify(BOILING_SENTENCE, sources)
+    # two pages ranked together; the dead link needed no ranking and held nobody up
+    assert embedder.calls == 1
+    assert [c.label for c in verdict.citations][2] == Label.unreachable
+    # each citation as it would be alone: a vector depends on its text only
+    alone = Verifier(settings, embedder=FakeEmbedder())
+    singly = [alone.verify(BOILING_SENTENCE, [source]).citations[0] for source in sources]
+
+    def without_rid(citations: Sequence[Any]) -> list[dict[str, Any]]:
+        return [c.model_dump(exclude={"rid"}) for c in citations]  # a new crawl, a new rid
+
+    assert without_rid(singly) == without_rid(verdict.citations)
+    sent = [json.dumps(r.json, sort_keys=True) for r in openai_sim.brain.requests]
+    assert len(sent) == 4 and sorted(sent[:2]) == sorted(sent[2:])  # the same passages judged
+
+
+def test_a_ranking_failure_reaches_every_citation_waiting_for_it(
+    crawlbase_api: Any, openai_sim: Any
+) -> None:
+    class Broken(FakeEmbedder):
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            raise ConfigurationError("the embedding model weights are not installed")
+
+    settings = Settings(
+        fetcher="crawlbase",
+        crawlbase_token=NORMAL_TOKEN,
+        crawlbase_api_url=crawlbase_api.url + "/",
+        openai_api_key=FAKE_KEY,
+        openai_base_url=openai_sim.url + "/v1",
+    )
+    verifier = Verifier(settings, embedder=Broken())
+    with pytest.raises(ConfigurationError, match="weights are not installed"):
+        verifier.verify(BOILING_SENTENCE, [BOILING, f"{SITE}/articles/http-404-explained"])
+    # a quote needs no ranking: nothing waits for the broken model
+    quoted = verifier.verify(
+        BOILING_SENTENCE,
+        [BOILING, f"{SITE}/articles/http-404-explained"],
+        quote="Water boils at 100 degrees Celsius at sea level.",
+    )
+    assert quoted.citations[1].label == Label.fabricated  # the quote is not on that page
+    assert quoted.citations[0].reason != "judge_error"  # the page holding it was judged

@@ -27,7 +27,8 @@ from pytest_citations.retrieval import (
     cosine,
     default_embedder,
     top_k,
-    top_k_cached,
+    top_k_each,
+    top_k_each_cached,
 )
 from pytest_citations.settings import Settings
 
@@ -169,25 +170,49 @@ def test_top_k_rejects_an_embedder_that_drops_vectors() -> None:
         top_k("water", ["a", "b"], Short())
 
 
-def test_top_k_cached_ranks_like_top_k_from_the_cache_alone(tmp_path: Path) -> None:
-    passages = ["the cat sat", "water boils at 100 degrees", "sea level water"]
+def test_top_k_each_ranks_every_list_like_top_k_in_one_call() -> None:
+    pages = [
+        ["the cat sat", "water boils at 100 degrees", "sea level water"],
+        [],
+        ["paris cat", "water boils"],
+    ]
     inner = BagOfWords()
-    CachedEmbedder(inner, tmp_path).embed(["water boils", *passages])  # fill the cache
+    rankings = top_k_each("water boils", pages, inner, k=2)
+    assert rankings == [top_k("water boils", page, BagOfWords(), k=2) for page in pages]
+    assert inner.calls == [["water boils", *pages[0], *pages[2]]]  # the claim once, one call
+    assert top_k_each("water", [[], []], inner) == [[], []]
+    assert top_k_each("water", [["x"]], inner, k=0) == [[]]
+    assert len(inner.calls) == 1  # nothing to rank: nothing embedded
+
+
+def test_top_k_each_rejects_an_embedder_that_drops_vectors() -> None:
+    class Short(BagOfWords):
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            return super().embed(texts)[:-1]
+
+    with pytest.raises(ValueError, match="returned 3 vectors for 4 texts"):
+        top_k_each("water", [["a"], ["b", "c"]], Short())
+
+
+def test_top_k_each_cached_ranks_from_the_cache_alone(tmp_path: Path) -> None:
+    pages = [["the cat sat", "water boils at 100 degrees"], ["sea level water"]]
+    inner = BagOfWords()
+    CachedEmbedder(inner, tmp_path).embed(["water boils", *pages[0], *pages[1]])
     calls_before = len(inner.calls)
-    ranked = top_k_cached("water boils", passages, CachedEmbedder(inner, tmp_path), k=2)
-    assert ranked == top_k("water boils", passages, BagOfWords(), k=2)
+    ranked = top_k_each_cached("water boils", pages, CachedEmbedder(inner, tmp_path), k=2)
+    assert ranked == top_k_each("water boils", pages, BagOfWords(), k=2)
     assert len(inner.calls) == calls_before  # the model was never asked
 
 
-def test_top_k_cached_is_none_when_a_vector_would_need_the_model(tmp_path: Path) -> None:
+def test_top_k_each_cached_is_none_when_a_vector_would_need_the_model(tmp_path: Path) -> None:
     inner = BagOfWords()
     cached = CachedEmbedder(inner, tmp_path)
     cached.embed(["water boils", "the cat sat"])
-    assert top_k_cached("water boils", ["the cat sat", "new passage"], cached) is None
-    assert top_k_cached("water boils", ["the cat sat"], BagOfWords()) is None  # no cache at all
-    assert len(inner.calls) == 1  # a miss computes nothing: top_k does that, off the loop
-    assert top_k_cached("water", [], cached) == []
-    assert top_k_cached("water", ["x"], cached, k=0) == []
+    assert top_k_each_cached("water boils", [["the cat sat"], ["new passage"]], cached) is None
+    assert top_k_each_cached("water boils", [["the cat sat"]], BagOfWords()) is None  # no cache
+    assert len(inner.calls) == 1  # a miss computes nothing: top_k_each does that, off the loop
+    assert top_k_each_cached("water", [[]], cached) == [[]]
+    assert top_k_each_cached("water", [["x"]], cached, k=0) == [[]]
 
 
 def test_lookup_returns_cached_vectors_and_never_embeds(tmp_path: Path) -> None:
