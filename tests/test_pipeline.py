@@ -7,21 +7,26 @@ precision — is the real code.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes import FakeEmbedder
+from simulators._server import Simulator
 from simulators.crawlbase import NORMAL_TOKEN
 from simulators.scripted import FAKE_KEY
+from simulators.website import WebsiteHandler, WebsiteState, html_page
 
 from pytest_citations.aggregate import Precision
 from pytest_citations.errors import (
     ConfigurationError,
     InvalidCitationError,
     MissingCredentialError,
+    SourceError,
 )
 from pytest_citations.models import Label
 from pytest_citations.pipeline import Verifier
@@ -305,3 +310,77 @@ def test_a_ranking_failure_reaches_every_citation_waiting_for_it(
     )
     assert quoted.citations[1].label == Label.fabricated  # the quote is not on that page
     assert quoted.citations[0].reason != "judge_error"  # the page holding it was judged
+
+
+class _SlowEmbedder(FakeEmbedder):
+    """FakeEmbedder that takes ``seconds`` per call and notes when each call began."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.started: list[float] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.started.append(time.monotonic())
+        time.sleep(self.seconds)
+        return super().embed(texts)
+
+
+def _article(tmp_path: Path) -> Path:
+    path = tmp_path / "article.md"
+    path.write_text("# Boiling\n\n" + "Water boils at 100 degrees Celsius at sea level. " * 30)
+    return path
+
+
+def test_a_claim_that_fails_leaves_no_ranking_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One citation waits for the model while its sibling raises: when the error
+    reaches the caller, nothing of the claim is still running in the caller's loop."""
+    from pytest_citations._threads import EMBEDDING_THREAD
+
+    embedder = _SlowEmbedder(0.5)
+    verifier = Verifier(Settings(), embedder=embedder)
+    fetch = verifier._pages.get
+
+    async def get(source: str, *args: Any) -> Any:
+        if source == "goes-away":  # fails once its sibling's ranking is under way
+            await asyncio.sleep(0.2)
+            raise SourceError("the source went away")
+        return await fetch(source, *args)
+
+    monkeypatch.setattr(verifier._pages, "get", get)
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(SourceError, match="went away"):
+            loop.run_until_complete(
+                verifier.averify(BOILING_SENTENCE, [str(_article(tmp_path)), "goes-away"])
+            )
+        assert embedder.started  # the ranking had started
+        assert not [task for task in asyncio.all_tasks(loop) if not task.done()]
+    finally:
+        loop.close()
+        EMBEDDING_THREAD.submit(lambda: None).result()  # the model call cannot be interrupted
+
+
+def test_a_slow_sibling_fetch_does_not_hold_a_ready_page_for_long(
+    tmp_path: Path, openai_sim: Any
+) -> None:
+    slow = html_page("Slow", "<p>Too short.</p>")
+    slow.delay = 1.5
+    routes = {"/slow": slow}
+    with Simulator(WebsiteHandler, WebsiteState(routes=routes)) as site:
+        embedder = _SlowEmbedder(0.0)
+        settings = Settings(
+            fetcher="direct",
+            allow_private_hosts=True,
+            openai_api_key=FAKE_KEY,
+            openai_base_url=openai_sim.url + "/v1",
+        )
+        started = time.monotonic()
+        verdict = Verifier(settings, embedder=embedder).verify(
+            BOILING_SENTENCE, [str(_article(tmp_path)), site.url + "/slow"]
+        )
+    assert time.monotonic() - started >= 1.5  # the slow page was waited for, by itself
+    assert embedder.started and embedder.started[0] - started < 0.5  # the ready page was not
+    assert verdict.citations[1].reason == "thin_page"
