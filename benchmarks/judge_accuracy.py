@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import re
 import sys
@@ -212,20 +213,19 @@ async def judge_all(items, evidence, settings, concurrency: int):
 
 
 def scripted_simulator():
-    """The OpenAI simulator with a lexical rule and a foreign quote every 7th claim.
+    """The OpenAI simulator with a lexical rule and a foreign quote for ~1 claim in 7.
 
     FIXTURE, NOT A MODEL: it exists to show the request, the guard and the metric
-    plumbing working end to end.
+    plumbing working end to end. Which claims get the foreign quote depends on the
+    claim's text, not on the order concurrent requests arrive in, so every run
+    prints the same figures.
     """
     sys.path.insert(0, str(ROOT / "tests"))
     from simulators.openai import OpenAIHandler
     from simulators.scripted import JudgeSimulator, Verdict
 
-    calls = Counter()
-
     def script(claim: str, passages: list[str]) -> Verdict:
-        calls["n"] += 1
-        if calls["n"] % 7 == 0:
+        if int(hashlib.sha256(claim.encode("utf-8")).hexdigest()[:8], 16) % 7 == 0:
             return Verdict("supported", "a sentence that is on no page", 0.9)
         if not passages:
             return Verdict("not_found", None, 0.2)
