@@ -39,14 +39,19 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rfc7519"
 
 
 @pytest.fixture
-def verifier(crawlbase_api: Any, openai_sim: Any) -> Verifier:
-    settings = Settings(
+def settings(crawlbase_api: Any, openai_sim: Any) -> Settings:
+    """Pages from the Crawlbase simulator, verdicts from the OpenAI simulator."""
+    return Settings(
         fetcher="crawlbase",
         crawlbase_token=NORMAL_TOKEN,
         crawlbase_api_url=crawlbase_api.url + "/",
         openai_api_key=FAKE_KEY,
         openai_base_url=openai_sim.url + "/v1",
     )
+
+
+@pytest.fixture
+def verifier(settings: Settings) -> Verifier:
     return Verifier(settings, embedder=FakeEmbedder())
 
 
@@ -258,15 +263,8 @@ def test_a_malformed_url_is_unreachable_not_a_crash(verifier: Verifier, url: str
 
 
 def test_a_claims_pages_are_ranked_in_one_embedding_call(
-    crawlbase_api: Any, openai_sim: Any
+    settings: Settings, openai_sim: Any
 ) -> None:
-    settings = Settings(
-        fetcher="crawlbase",
-        crawlbase_token=NORMAL_TOKEN,
-        crawlbase_api_url=crawlbase_api.url + "/",
-        openai_api_key=FAKE_KEY,
-        openai_base_url=openai_sim.url + "/v1",
-    )
     embedder = FakeEmbedder()
     sources = [BOILING, f"{SITE}/articles/http-404-explained", f"{SITE}/old-report"]
     verdict = Verifier(settings, embedder=embedder).verify(BOILING_SENTENCE, sources)
@@ -285,20 +283,11 @@ def test_a_claims_pages_are_ranked_in_one_embedding_call(
     assert len(sent) == 4 and sorted(sent[:2]) == sorted(sent[2:])  # the same passages judged
 
 
-def test_a_ranking_failure_reaches_every_citation_waiting_for_it(
-    crawlbase_api: Any, openai_sim: Any
-) -> None:
+def test_a_ranking_failure_reaches_every_citation_waiting_for_it(settings: Settings) -> None:
     class Broken(FakeEmbedder):
         def embed(self, texts: Sequence[str]) -> list[list[float]]:
             raise ConfigurationError("the embedding model weights are not installed")
 
-    settings = Settings(
-        fetcher="crawlbase",
-        crawlbase_token=NORMAL_TOKEN,
-        crawlbase_api_url=crawlbase_api.url + "/",
-        openai_api_key=FAKE_KEY,
-        openai_base_url=openai_sim.url + "/v1",
-    )
     verifier = Verifier(settings, embedder=Broken())
     with pytest.raises(ConfigurationError, match="weights are not installed"):
         verifier.verify(BOILING_SENTENCE, [BOILING, f"{SITE}/articles/http-404-explained"])
