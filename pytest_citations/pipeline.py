@@ -390,18 +390,17 @@ class _ClaimRanking:
             rankings = await self._verifier._rank_each(
                 self._claim, [passages for passages, _ in waiting]
             )
+            for (_, future), ranking in zip(waiting, rankings, strict=True):
+                if not future.done():
+                    future.set_result(ranking)
         except Exception as error:  # every citation of the batch gets the error
             for _, future in waiting:
                 if not future.done():
                     future.set_exception(error)
-            return
         except BaseException:  # cancelled by close(): so are the citations waiting
             for _, future in waiting:
                 future.cancel()
             raise
-        for (_, future), ranking in zip(waiting, rankings, strict=True):
-            if not future.done():
-                future.set_result(ranking)
 
     async def close(self) -> None:
         """Stop what is still running (a citation failed and the claim gave up)."""

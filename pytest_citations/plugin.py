@@ -54,8 +54,6 @@ DEFAULT_BASELINE_TOLERANCE = 0.0
 #: so every audit row of one pytest session carries the same run id.
 RUN_ID_VARIABLE = "PYTEST_CITATIONS_RUN_ID"
 #: Key of the settings JSON a pytest-xdist worker hands its controller.
-_WORKER_SETTINGS = "citations_settings"
-
 #: (command-line flag, ini name, Settings field, help). Environment names come
 #: from settings.ENV_NAMES; precedence is command line > environment > ini > default.
 _SETTING_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -114,7 +112,11 @@ class _SessionState:
         #: Every configuration a verification used, by id, in order of first use:
         #: folders may override the settings, and the report names each test's.
         self.configurations: dict[str, dict[str, Any]] = {}
-        self.configuration_ids: dict[Settings, str] = {}
+        self._configuration_ids: dict[int, tuple[Settings, str]] = {}
+        #: Configurations this process already sent with a test's verdicts: each
+        #: travels once, with the first test that used it (xdist workers included,
+        #: so a worker that crashes later has already sent what its tests name).
+        self.configurations_sent: set[str] = set()
         #: Built once per distinct configuration, not once per session: a folder's
         #: conftest may override the cassette dir or settings, and every test must
         #: get the recorder and verifier of its own folder (see the fixtures).
@@ -123,15 +125,24 @@ class _SessionState:
         self.verifiers: dict[tuple[int, ...], Verifier] = {}
 
     def configuration_id(self, settings: Settings, rootpath: Path) -> str:
-        """The id under which ``settings`` appear in the report (registered on first use)."""
-        known = self.configuration_ids.get(settings)
-        if known is None:
+        """The id under which ``settings`` appear in the report (registered on first use).
+
+        Looked up by identity (the fixtures cache one Settings per configuration;
+        the dict keeps each alive, so an id is never reused), not by hash: a
+        ``model_copy`` may hold a value that does not hash.
+        """
+        known = self._configuration_ids.get(id(settings))
+        if known is not None:
+            return known[1]
+        try:
             data = _settings_json(settings, rootpath)
-            canonical = json.dumps(data, sort_keys=True, ensure_ascii=False)
-            known = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
-            self.configuration_ids[settings] = known
-            self.configurations.setdefault(known, data)
-        return known
+        except Exception as error:  # the report must not fail a test
+            data = {"error": f"{type(error).__name__}: {error}"}
+        canonical = json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
+        name = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+        self._configuration_ids[id(settings)] = (settings, name)
+        self.configurations.setdefault(name, json.loads(canonical))
+        return name
 
     def citations(self) -> SessionCitations:
         if self.collected is None:
@@ -583,10 +594,17 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
             from pytest_citations.report import encode_test_property, precision
 
             citations = [c for claim in record.claims for c in claim.citations]
+            state = item.config.stash[_STATE]
+            settings = None
+            if record.configuration not in state.configurations_sent:
+                settings = state.configurations.get(record.configuration or "")
+                state.configurations_sent.add(record.configuration or "")
             item.user_properties.append(
                 (
                     "citations",
-                    encode_test_property(record.claims, record.requests, record.configuration),
+                    encode_test_property(
+                        record.claims, record.requests, record.configuration, settings
+                    ),
                 )
             )
             item.user_properties.append(
@@ -626,7 +644,8 @@ def _settings_json(settings: Settings, rootpath: Path) -> dict[str, Any]:
 
     data: dict[str, Any] = settings.model_dump(mode="json", exclude=set(SECRET_FIELDS))
     for field in ("embedding_cache_dir", "extraction_cache_dir"):
-        cache = getattr(settings, field)
+        value = getattr(settings, field)
+        cache = None if value is None else Path(value)  # model_copy does not validate
         if cache is not None and cache.is_relative_to(rootpath):
             data[field] = cache.relative_to(rootpath).as_posix()
     return data
@@ -665,7 +684,9 @@ class _Collector:
             if name == "citations":
                 from pytest_citations.report import decode_test_property
 
-                claims, requests, configuration = decode_test_property(str(value))
+                claims, requests, configuration, settings = decode_test_property(str(value))
+                if configuration is not None and settings is not None:
+                    state.configurations.setdefault(configuration, settings)
                 state.citations().add(
                     report.nodeid,
                     claims,
@@ -674,23 +695,9 @@ class _Collector:
                     configuration,
                 )
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
-        """xdist controller: take the configurations a worker really used (its
-        conftests' overrides included) for the report, rather than rebuilding the
-        defaults."""
-        raw = getattr(node, "workeroutput", {}).get(_WORKER_SETTINGS)
-        state = self.config.stash.get(_STATE, None)
-        if raw and state is not None:
-            for name, configuration in json.loads(raw).items():
-                state.configurations.setdefault(name, configuration)
-
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         config = session.config
         state = config.stash.get(_STATE, None)
-        if state is not None and _is_worker(config) and state.configurations:
-            output = config.workeroutput  # type: ignore[attr-defined]
-            output[_WORKER_SETTINGS] = json.dumps(state.configurations)
         if state is None or _is_worker(config) or state.collected is None:
             return
         collected = state.collected

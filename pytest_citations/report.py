@@ -320,27 +320,43 @@ class TestCitations:
 
 
 def encode_test_property(
-    claims: Sequence[ClaimVerdict], requests: Mapping[str, int], configuration: str | None = None
+    claims: Sequence[ClaimVerdict],
+    requests: Mapping[str, int],
+    configuration: str | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
-    """The ``citations`` user property: how a worker's verdicts reach the controller."""
+    """The ``citations`` user property: how a worker's verdicts reach the controller.
+
+    ``configuration`` names the settings the test ran under; ``settings`` carries
+    them, sent with the first test of each configuration only.
+    """
     return json.dumps(
         {
             "claims": [claim.model_dump(mode="json") for claim in claims],
             "requests": dict(requests),
             "configuration": configuration,
+            "settings": dict(settings) if settings is not None else None,
         },
         ensure_ascii=False,
         sort_keys=True,
     )
 
 
-def decode_test_property(value: str) -> tuple[list[ClaimVerdict], dict[str, int], str | None]:
-    """(claims, requests, configuration id) from :func:`encode_test_property`'s text."""
+def decode_test_property(
+    value: str,
+) -> tuple[list[ClaimVerdict], dict[str, int], str | None, dict[str, Any] | None]:
+    """(claims, requests, configuration id, its settings or None) from the property."""
     data = json.loads(value)
     claims = [ClaimVerdict.model_validate(item) for item in data.get("claims", [])]
     requests = {k: int(v) for k, v in data.get("requests", {}).items()}
     configuration = data.get("configuration")
-    return claims, requests, configuration if isinstance(configuration, str) else None
+    settings = data.get("settings")
+    return (
+        claims,
+        requests,
+        configuration if isinstance(configuration, str) else None,
+        settings if isinstance(settings, dict) else None,
+    )
 
 
 @dataclass

@@ -405,6 +405,44 @@ def test_the_report_names_the_configuration_each_folder_used(
     assert report["settings"] in configurations.values()
 
 
+def test_a_crashed_worker_still_names_the_configuration_of_its_tests(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker that dies sends no end-of-session output: the configurations must
+    # reach the controller with the verdicts themselves.
+    pytest.importorskip("xdist")
+    crash = "\n\ndef test_zz_crash():\n    import os\n    os._exit(1)\n"
+    setup_inner(pytester, test_basic=BASIC + crash)
+    result, _ = _record(pytester, monkeypatch, "-n", "1", "--citations-report=r.json")
+    result.assert_outcomes(passed=3, failed=1)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["tests"] and all(
+        test["configuration"] in report["configurations"] for test in report["tests"]
+    )
+    assert report["settings"]["top_k"] == 3
+
+
+def test_settings_derived_with_a_string_cache_path_still_report(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # model_copy does not validate: a str where Settings holds a Path must not
+    # break the report, nor the tests.
+    setup_inner(pytester, test_basic=BASIC)
+    pytester.makeconftest(
+        pytester.path.joinpath("conftest.py").read_text()
+        + """
+
+@pytest.fixture
+def citations_settings(citations_settings):
+    return citations_settings.model_copy(update={"embedding_cache_dir": "cache/vectors"})
+"""
+    )
+    result, _ = _record(pytester, monkeypatch, "--citations-report=r.json")
+    result.assert_outcomes(passed=3)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["settings"]["embedding_cache_dir"] == "cache/vectors"
+
+
 def test_audit_index_gets_one_row_per_citation_from_every_worker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

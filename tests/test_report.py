@@ -144,12 +144,12 @@ def test_summary_lines_use_the_seed_format() -> None:
 
 def test_report_json_round_trips_through_the_property() -> None:
     claims = [_claim(SUPPORTED, DEAD)]
-    decoded, requests, configuration = decode_test_property(
-        encode_test_property(claims, {"replayed": 1, "live": 2}, "3f2a9c1b07de")
+    decoded, requests, configuration, settings = decode_test_property(
+        encode_test_property(claims, {"replayed": 1, "live": 2}, "3f2a9c1b07de", {"top_k": 3})
     )
     assert decoded == claims and requests == {"replayed": 1, "live": 2}
-    assert configuration == "3f2a9c1b07de"
-    assert decode_test_property(encode_test_property(claims, {}))[2] is None
+    assert (configuration, settings) == ("3f2a9c1b07de", {"top_k": 3})
+    assert decode_test_property(encode_test_property(claims, {}))[2:] == (None, None)
     report = _session().to_json(
         settings={"top_k": 3},
         configurations={"3f2a9c1b07de": {"top_k": 3}},
