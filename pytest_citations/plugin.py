@@ -639,7 +639,13 @@ def _is_worker(config: pytest.Config) -> bool:
 
 def _settings_json(settings: Settings, rootpath: Path) -> dict[str, Any]:
     """The settings for the report: no secret field, paths relative to the rootdir
-    so a committed report does not name the machine that produced it."""
+    so a committed report does not name the machine that produced it.
+
+    Every text value is also scrubbed like a cassette's URL: an endpoint such as
+    ``OPENAI_BASE_URL`` may carry ``user:password@`` or a ``?token=``, and a key
+    may have been pasted into a field that is not a secret one.
+    """
+    from pytest_citations.cassettes import known_secrets, scrub_uri
     from pytest_citations.settings import SECRET_FIELDS
 
     data: dict[str, Any] = settings.model_dump(mode="json", exclude=set(SECRET_FIELDS))
@@ -648,7 +654,11 @@ def _settings_json(settings: Settings, rootpath: Path) -> dict[str, Any]:
         cache = None if value is None else Path(value)  # model_copy does not validate
         if cache is not None and cache.is_relative_to(rootpath):
             data[field] = cache.relative_to(rootpath).as_posix()
-    return data
+    secrets = known_secrets(settings)
+    return {
+        name: scrub_uri(value, secrets) if isinstance(value, str) else value
+        for name, value in data.items()
+    }
 
 
 def _controller_settings(config: pytest.Config) -> dict[str, Any]:

@@ -496,6 +496,21 @@ def test_crawlbase(verify_citation):
     )
 
 
+def test_the_reported_settings_hold_no_credential_from_a_url(tmp_path: Path) -> None:
+    from pytest_citations.plugin import _settings_json
+    from pytest_citations.settings import Settings
+
+    settings = Settings(
+        openai_api_key="sk-the-real-key-000",  # type: ignore[arg-type]
+        openai_base_url="https://judge:pa55word@proxy.example/v1?token=tok-abcdef",
+        ollama_host="http://localhost:11434/?key=sk-the-real-key-000",
+    )
+    text = json.dumps(_settings_json(settings, tmp_path))
+    for secret in ("pa55word", "tok-abcdef", "sk-the-real-key-000"):
+        assert secret not in text
+    assert "https://proxy.example/v1?token=" in text  # the endpoint itself is kept
+
+
 def test_coexists_with_a_users_own_vcrpy_cassette(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
