@@ -20,20 +20,29 @@ from typing import ParamSpec, TypeVar
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
+#: Blocking calls (HTML and PDF extraction, local documents, the Crawlbase SDK's
+#: urllib requests) run on up to this many threads: as many as asyncio's default
+#: executor allows (32). An SDK call holds its thread for the whole request, and
+#: a batch at concurrency 16 must not queue behind them. Threads start only when
+#: needed.
+BLOCKING_WORKERS = 32
+
+
+def _embedding_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-embed")
+
+
+def _blocking_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix="citations-blocking")
+
+
 #: Every ranking runs on this one thread. Embedding is CPU-bound and the model is
 #: shared, so one encode at a time; and torch's OpenMP pool is per calling thread:
 #: encodes spread over several threads each start a team of their own, which
 #: oversubscribes the cores (measured: cold embedding ~60 % slower).
-EMBEDDING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-embed")
-
-#: Blocking calls (HTML and PDF extraction, local documents, the Crawlbase SDK's
-#: urllib requests) run here. As many as asyncio's default executor allows
-#: (32): an SDK call holds its thread for the whole request, and a batch at
-#: concurrency 16 must not queue behind them. Threads start only when needed.
-BLOCKING_WORKERS = 32
-BLOCKING_POOL = ThreadPoolExecutor(
-    max_workers=BLOCKING_WORKERS, thread_name_prefix="citations-blocking"
-)
+EMBEDDING_THREAD = _embedding_thread()
+#: The blocking calls' threads (see :data:`BLOCKING_WORKERS`).
+BLOCKING_POOL = _blocking_pool()
 
 
 def _new_pools() -> None:
@@ -44,10 +53,8 @@ def _new_pools() -> None:
     empty pools instead (``multiprocessing``'s fork start method, for one).
     """
     global EMBEDDING_THREAD, BLOCKING_POOL
-    EMBEDDING_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citations-embed")
-    BLOCKING_POOL = ThreadPoolExecutor(
-        max_workers=BLOCKING_WORKERS, thread_name_prefix="citations-blocking"
-    )
+    EMBEDDING_THREAD = _embedding_thread()
+    BLOCKING_POOL = _blocking_pool()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork

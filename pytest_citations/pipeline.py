@@ -262,12 +262,16 @@ class Verifier:
 
     async def _rank_each(self, claim: str, passage_lists: list[list[str]]) -> list[list[str]]:
         """The top-k passages of each list; the model, if needed, on its own thread."""
-        from pytest_citations.retrieval import top_k_each
-
         cached = self._rank_cached(claim, passage_lists)
         if cached is not None:
             return cached
-        k = self.settings.top_k  # the model must run: on its own thread
+        return await self._rank_with_model(claim, passage_lists)
+
+    async def _rank_with_model(self, claim: str, passage_lists: list[list[str]]) -> list[list[str]]:
+        """:meth:`_rank_each` for lists already known to miss the cache."""
+        from pytest_citations.retrieval import top_k_each
+
+        k = self.settings.top_k
         ranked = await run_embedding(top_k_each, claim, passage_lists, self.embedder, k)
         return [[passage for _, passage, _ in ranking] for ranking in ranked]
 
@@ -387,7 +391,8 @@ class _ClaimRanking:
     async def _rank(self, batch: list[tuple[list[str], asyncio.Future[list[str]]]]) -> None:
         waiting = [(passages, future) for passages, future in batch if not future.done()]
         try:
-            rankings = await self._verifier._rank_each(
+            # every page here missed the cache when it asked: straight to the model
+            rankings = await self._verifier._rank_with_model(
                 self._claim, [passages for passages, _ in waiting]
             )
             for (_, future), ranking in zip(waiting, rankings, strict=True):

@@ -73,6 +73,14 @@ def _record(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: s
     return result, sims
 
 
+def _settings_override(update: str) -> str:
+    """A conftest fixture deriving the folder's settings with ``model_copy(update=...)``."""
+    return (
+        "\n\n@pytest.fixture\ndef citations_settings(citations_settings):\n"
+        f"    return citations_settings.model_copy(update={update})\n"
+    )
+
+
 # -- record and replay -------------------------------------------------------------------
 
 
@@ -365,13 +373,7 @@ def test_xdist_report_names_the_settings_the_workers_used(
     pytest.importorskip("xdist")
     setup_inner(pytester, test_basic=BASIC)
     pytester.makeconftest(
-        pytester.path.joinpath("conftest.py").read_text()
-        + """
-
-@pytest.fixture
-def citations_settings(citations_settings):
-    return citations_settings.model_copy(update={"top_k": 5})
-"""
+        pytester.path.joinpath("conftest.py").read_text() + _settings_override('{"top_k": 5}')
     )
     result, _ = _record(pytester, monkeypatch, "-n", "2", "--citations-report=r.json")
     result.assert_outcomes(passed=3)
@@ -388,10 +390,7 @@ def test_the_report_names_the_configuration_each_folder_used(
     setup_inner(pytester, test_basic=BASIC)
     wide = pytester.mkdir("wide")
     (wide / "test_wide.py").write_text(BASIC.replace("def test_", "def test_wide_"))
-    (wide / "conftest.py").write_text(
-        "import pytest\n\n\n@pytest.fixture\ndef citations_settings(citations_settings):\n"
-        '    return citations_settings.model_copy(update={"top_k": 5})\n'
-    )
+    (wide / "conftest.py").write_text("import pytest" + _settings_override('{"top_k": 5}'))
     result, _ = _record(pytester, monkeypatch, *workers, "--citations-report=r.json")
     result.assert_outcomes(passed=6)
     report = json.loads((pytester.path / "r.json").read_text())
@@ -430,12 +429,7 @@ def test_settings_derived_with_a_string_cache_path_still_report(
     setup_inner(pytester, test_basic=BASIC)
     pytester.makeconftest(
         pytester.path.joinpath("conftest.py").read_text()
-        + """
-
-@pytest.fixture
-def citations_settings(citations_settings):
-    return citations_settings.model_copy(update={"embedding_cache_dir": "cache/vectors"})
-"""
+        + _settings_override('{"embedding_cache_dir": "cache/vectors"}')
     )
     result, _ = _record(pytester, monkeypatch, "--citations-report=r.json")
     result.assert_outcomes(passed=3)
